@@ -9,7 +9,14 @@ from typing import NoReturn
 import msgspec
 
 
-class Model(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+class _KeywordOnly(msgspec.StructMeta):
+    # msgspec does not inherit kw_only; every model wants it so required fields may follow defaults.
+    def __new__(mcls, name, bases, namespace, **options):
+        options.setdefault("kw_only", True)
+        return super().__new__(mcls, name, bases, namespace, **options)
+
+
+class Model(msgspec.Struct, metaclass=_KeywordOnly, rename="camel", forbid_unknown_fields=True):
     """Wire names are camelCase (the interface's), attributes snake_case; unknown fields are errors."""
 
 

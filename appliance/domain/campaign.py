@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+import msgspec
+
 from appliance.model import Model
 
 LogicalOperator = Literal["AND", "OR"]
@@ -100,4 +102,4 @@ class MatchFields(Model):
 class DedupeOverride(Model):
     enabled: bool = True
     window: int | float = 30  # days
-    match_fields: MatchFields = MatchFields()
+    match_fields: MatchFields = msgspec.field(default_factory=MatchFields)
