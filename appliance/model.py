@@ -20,6 +20,10 @@ class Model(msgspec.Struct, metaclass=_KeywordOnly, rename="camel", forbid_unkno
     """Wire names are camelCase (the interface's), attributes snake_case; unknown fields are errors."""
 
 
+class Settings(msgspec.Struct, metaclass=_KeywordOnly, forbid_unknown_fields=True):
+    """Config file tables: keys are snake_case as written in the TOML; unknown keys are errors."""
+
+
 # Marker that lets a __post_init__ check name the field it failed on; msgspec only knows the
 # path of the struct that raised, so the field is carried inside the message.
 _FIELD_MARK = re.compile(r"^@(?P<field>[^@]+)@ (?P<problem>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)

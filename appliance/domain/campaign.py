@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from datetime import date, datetime
 from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
 
-from appliance.model import Model
+from appliance.model import Model, invalid
 
 LogicalOperator = Literal["AND", "OR"]
 Severity = Literal["disqualify", "review", "flag"]
@@ -18,6 +21,64 @@ Operator = Literal[
 ]
 Scalar = str | int | float | bool | None
 
+# Lead and submission statuses (CONTRACT 3) plus the ingestion event cost milestones key on.
+LeadStatus = Literal[
+    "lead_ingested", "new", "pending", "qualified", "disqualified", "duplicate", "queued",
+    "pending_action", "delivered", "failed", "rejected", "error",
+]
+
+_HHMM = re.compile(r"^(?:[01]\d|2[0-3]):[0-5]\d$")
+_CAMPAIGN_CODE = re.compile(r"^[A-Za-z0-9_-]{3,5}$")
+
+
+# Checks shared by every configuration shape (catalog, endpoint and messaging import them).
+
+def check_timestamp(field: str, value: str | None) -> None:
+    """An ISO 8601 date-time; a plain date is not a timestamp."""
+    if value is not None and (not _parses(datetime, value) or _parses(date, value)):
+        invalid(field, "must be an ISO 8601 timestamp")
+
+
+def _parses(kind: type[date], value: str) -> bool:
+    try:
+        kind.fromisoformat(value)
+    except ValueError:
+        return False
+    return True
+
+
+def check_date(field: str, value: str | None) -> None:
+    """An ISO 8601 date or date-time (validity windows and cap periods take either)."""
+    if value is not None and not _parses(datetime, value):
+        invalid(field, "must be an ISO 8601 date or timestamp")
+
+
+def check_timezone(field: str, value: str) -> None:
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        invalid(field, "unknown time zone")
+
+
+def check_regex(field: str, pattern: str | None) -> None:
+    if pattern is None:
+        return
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        # re.error's message names the problem and position, never the pattern text.
+        invalid(field, f"invalid regular expression: {exc}")
+
+
+def redacted_repr(struct: msgspec.Struct, secrets: tuple[str, ...]) -> str:
+    """repr() of a struct with its secret attributes masked, so logs and test output never show them."""
+    parts = []
+    for name in struct.__struct_fields__:
+        value = getattr(struct, name)
+        shown = "'***'" if name in secrets and value is not None else repr(value)
+        parts.append(f"{name}={shown}")
+    return f"{type(struct).__name__}({', '.join(parts)})"
+
 
 class Condition(Model):
     field: str | None = None
@@ -26,6 +87,12 @@ class Condition(Model):
     value_set_id: str | None = None
     prompt: str | None = None
     max_severity: Severity = "disqualify"
+
+    def __post_init__(self) -> None:
+        if self.operator == "matches":
+            for i, pattern in enumerate(self.value or []):
+                if isinstance(pattern, str):
+                    check_regex(f"value[{i}]", pattern)
 
 
 class SubRule(Model):
@@ -46,6 +113,10 @@ class RouteTarget(Model):
     client_name: str | None = None
     offer_name: str | None = None
 
+    def __post_init__(self) -> None:
+        if not self.campaign_id.strip():
+            invalid("campaignId", "must not be empty")
+
 
 class RoutingRule(Model):
     route_name: str | None = None
@@ -61,12 +132,22 @@ ConstraintAction = Literal["queue", "next_priority", "route"]
 Weekday = Literal["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
+def _check_period(cap: int, start_date: str | None, end_date: str | None) -> None:
+    if cap < 0:
+        invalid("cap", "must be at least 0")
+    check_date("startDate", start_date)
+    check_date("endDate", end_date)
+
+
 class SourceCap(Model):
     active: bool = True
     cap: int
     type: CapType = "daily"
     start_date: str | None = None
     end_date: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_period(self.cap, self.start_date, self.end_date)
 
 
 class DeliveryLimit(Model):
@@ -78,6 +159,11 @@ class DeliveryLimit(Model):
     end_date: str | None = None
     route_to_campaign_id: str | None = None
 
+    def __post_init__(self) -> None:
+        _check_period(self.cap, self.start_date, self.end_date)
+        if self.action == "route" and not self.route_to_campaign_id:
+            invalid("routeToCampaignId", "required when action is route")
+
 
 class ScheduleDay(Model):
     active: bool = True
@@ -85,12 +171,24 @@ class ScheduleDay(Model):
     start_time: str  # HH:MM, local to the schedule's timezone
     end_time: str
 
+    def __post_init__(self) -> None:
+        if not _HHMM.match(self.start_time):
+            invalid("startTime", "must be a time HH:MM between 00:00 and 23:59")
+        # 24:00 lets a window run to the end of the day.
+        if self.end_time != "24:00" and not _HHMM.match(self.end_time):
+            invalid("endTime", "must be a time HH:MM between 00:00 and 24:00")
+
 
 class DeliverySchedule(Model):
     timezone: str = "UTC"
     action: ConstraintAction = "queue"
     specific_days: list[ScheduleDay] = []
     route_to_campaign_id: str | None = None
+
+    def __post_init__(self) -> None:
+        check_timezone("timezone", self.timezone)
+        if self.action == "route" and not self.route_to_campaign_id:
+            invalid("routeToCampaignId", "required when action is route")
 
 
 class MatchFields(Model):
@@ -103,3 +201,275 @@ class DedupeOverride(Model):
     enabled: bool = True
     window: int | float = 30  # days
     match_fields: MatchFields = msgspec.field(default_factory=MatchFields)
+
+
+class Offer(Model):
+    offer_id: str | None = None
+    offer_name: str | None = None
+
+
+class Client(Model):
+    client_id: str | None = None
+    client_name: str | None = None
+
+
+class Milestone(Model):
+    """A cost (ingestion source) or revenue (delivery) entry written when a lead reaches lead_status."""
+
+    lead_status: LeadStatus
+    amount: int | float
+    currency: str = "USD"
+    valid_from: str | None = None
+    valid_to: str | None = None
+    conditions: RuleSet | None = None
+    notes: str | None = None
+    active: bool = True
+
+    def __post_init__(self) -> None:
+        if not re.fullmatch(r"[A-Z]{3}", self.currency):
+            invalid("currency", "must be a three-letter ISO 4217 code in capitals")
+        check_date("validFrom", self.valid_from)
+        check_date("validTo", self.valid_to)
+
+
+# 2.1.1 documents
+
+class MappingOverride(Model):
+    id: str | None = None
+    provider_field_name: str | None = None
+    provider_field_id: str | None = None
+    provider_field_label: str | None = None
+    provider_field_required: bool = False
+    provider_field_type: str | None = None
+    auto_fill: bool = True
+    fallback_template: str | None = None
+    # field_library: sourceValue is a field key; static: sourceValue is the text; template:
+    # sourceValue is a template over field keys.
+    source_type: Literal["field_library", "static", "template"] = "field_library"
+    source_value: str | None = None
+    source_label: str | None = None
+
+
+class CampaignDocument(Model):
+    document_id: str
+    kind: Literal["esign", "static"] = "esign"
+    sign_template_id: str | None = None
+    static_asset_id: str | None = None
+    type: str | None = None
+    name: str | None = None
+    conditions: RuleSet | None = None
+    field_mapping_overrides: list[MappingOverride] = []
+    is_active: bool = True
+    required: bool = False
+    auto_send: bool = False
+    expires_in_days: int | float | None = None
+    order: int | float = 0
+
+    def __post_init__(self) -> None:
+        if self.expires_in_days is not None and self.expires_in_days <= 0:
+            invalid("expiresInDays", "must be greater than 0")
+
+
+# 2.1.2 campaignAiAgents
+
+class AgentRef(Model):
+    agent_id: str
+
+
+class OverlayText(Model):
+    mode: Literal["inline", "block"] = "inline"  # block: value is a blockId
+    value: str | None = None
+
+
+class OverlayRule(Model):
+    id: str
+    type: Literal["guardrail", "instruction"] = "guardrail"
+    text: str | None = None
+    block_id: str | None = None
+    order: int | float = 0
+    enabled: bool = True
+
+
+class Overlay(Model):
+    persona: OverlayText | None = None
+    mission: OverlayText | None = None
+    tone: OverlayText | None = None
+    additional_rules: list[OverlayRule] = []
+
+
+class CampaignAiAgents(Model):
+    rep: AgentRef | None = None  # also the SMS agent of the campaign (CONTRACT 7)
+    rep_test: AgentRef | None = None
+    overlay: Overlay | None = None
+
+
+# 2.1.3 firstIntakeAction
+
+class EngageAction(Model):
+    goal_id: str
+
+
+class HumanReview(Model):
+    reason: str | None = None
+    priority: Literal["low", "normal", "high", "urgent"] = "normal"
+
+
+class WorkflowAction(Model):
+    workflow_definition_id: str
+
+
+class FirstIntakeAction(Model):
+    enabled: bool = False
+    action: Literal["human_review", "engage", "workflow"] = "human_review"
+    engage: EngageAction | None = None
+    human_review: HumanReview | None = None
+    workflow: WorkflowAction | None = None
+
+    def __post_init__(self) -> None:
+        # engage and workflow hand the lead to a plugin hook, which needs to know what to run.
+        if self.enabled and self.action == "engage" and self.engage is None:
+            invalid("engage", "required when action is engage")
+        if self.enabled and self.action == "workflow" and self.workflow is None:
+            invalid("workflow", "required when action is workflow")
+
+
+class Recovery(Model):
+    engage_on_route: bool = False
+    collect_sequence_id: str | None = None
+
+
+# 2.1.4 qualification
+
+class DeliveryPolicy(Model):
+    required: bool = False
+
+
+class IngestionPolicy(Model):
+    require_source_attestation: bool = False
+
+
+class CampaignAttestation(Model):
+    enabled: bool = False
+    attested_by: str | None = None
+    attested_at: str | None = None
+    note: str | None = None
+
+    def __post_init__(self) -> None:
+        check_timestamp("attestedAt", self.attested_at)
+
+
+class TcpaPolicy(Model):
+    delivery_policy: DeliveryPolicy = msgspec.field(default_factory=DeliveryPolicy)
+    ingestion_policy: IngestionPolicy = msgspec.field(default_factory=IngestionPolicy)
+    campaign_attestation: CampaignAttestation | None = None
+
+
+class Qualification(Model):
+    rules: list[RuleSet] = []
+    tcpa_policy: TcpaPolicy = msgspec.field(default_factory=TcpaPolicy)
+    dedupe_override: DedupeOverride | None = None  # None: the tenant default applies
+    auto_routing_enabled: bool = False
+    routing_rules: list[RoutingRule] = []
+    fallback_campaigns: list[str] = []
+
+
+# 2.1.5 ingestion
+
+class EncryptedSecret(Model):
+    ciphertext: str
+    encrypted_data_key: str
+    iv: str
+    auth_tag: str
+    kms_key_id: str | None = None
+
+
+class Placement(Model):
+    apply_routing_rules: bool = True
+    apply_fallback_campaigns: bool = True
+
+
+class IngestionSource(Model):
+    source_id: str
+    name: str | None = None
+    supplier_id: str | None = None
+    posting_spec_id: str | None = None
+    mode: Literal["direct_post"] = "direct_post"
+    api_key: str | None = None  # plaintext only in an import bundle; stored sealed
+    api_key_encrypted: EncryptedSecret | None = None
+    key_prefix: str | None = None
+    spec_share_hash: str | None = None
+    caps: list[SourceCap] = []
+    cost_milestones: list[Milestone] = []
+    short_circuit_sync_evaluation: bool = False
+    placement: Placement = msgspec.field(default_factory=Placement)
+    active: bool = True
+    created_at: str | None = None
+    updated_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.source_id.strip():
+            invalid("sourceId", "must not be empty")
+        check_timestamp("createdAt", self.created_at)
+        check_timestamp("updatedAt", self.updated_at)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, ("api_key",))
+
+
+class Ingestion(Model):
+    sources: list[IngestionSource] = []
+
+
+# 2.1.6 delivery
+
+class Delivery(Model):
+    delivery_endpoint_id: str | None = None
+    delivery_limits: list[DeliveryLimit] = []
+    delivery_schedule: DeliverySchedule | None = None
+    revenue_milestones: list[Milestone] = []
+    discrepancy_hold: Literal["off", "on"] = "off"
+
+
+class Campaign(Model):
+    campaign_id: str
+    name: str
+    active: bool = True
+    offer: Offer | None = None
+    client: Client | None = None
+    manager_id: str | None = None
+    brief: str | None = None
+    disambiguation_hint: str | None = None
+    questionnaire_id: str | None = None
+    documents: list[CampaignDocument] = []
+    knowledge_base_ids: list[str] = []
+    campaign_ai_agents: CampaignAiAgents = msgspec.field(default_factory=CampaignAiAgents)
+    first_intake_action: FirstIntakeAction = msgspec.field(default_factory=FirstIntakeAction)
+    recovery: Recovery = msgspec.field(default_factory=Recovery)
+    qualification: Qualification = msgspec.field(default_factory=Qualification)
+    ingestion: Ingestion = msgspec.field(default_factory=Ingestion)
+    delivery: Delivery = msgspec.field(default_factory=Delivery)
+    notes: str | None = None
+    tags: list[str] = []
+    external_id: str | None = None
+    created_at: str | None = None
+    updated_at: str | None = None
+    archived_at: str | None = None  # set: the campaign is archived
+    last_lead_received_at: str | None = None
+
+    def __post_init__(self) -> None:
+        if not _CAMPAIGN_CODE.match(self.campaign_id):
+            invalid("campaignId", "must be 3 to 5 letters, digits, underscores or hyphens")
+        if not self.name.strip():
+            invalid("name", "must not be empty")
+        check_timestamp("createdAt", self.created_at)
+        check_timestamp("updatedAt", self.updated_at)
+        check_timestamp("archivedAt", self.archived_at)
+        check_timestamp("lastLeadReceivedAt", self.last_lead_received_at)
+
+
+def public_campaign(c: Campaign) -> Campaign:
+    """The campaign as GET /campaigns shows it: ingestion sources keep keyPrefix, lose the key."""
+    sources = [
+        msgspec.structs.replace(s, api_key=None, api_key_encrypted=None) for s in c.ingestion.sources
+    ]
+    return msgspec.structs.replace(c, ingestion=msgspec.structs.replace(c.ingestion, sources=sources))

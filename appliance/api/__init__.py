@@ -1,0 +1,1 @@
+"""The thin HTTP layer: decode, authorize, call the domain and storage, encode."""

@@ -1,0 +1,49 @@
+"""Questionnaires and the field library (interface 4.14 to 4.16)."""
+
+from __future__ import annotations
+
+import msgspec
+from litestar import Request, Response, get
+
+from appliance.api.auth import principal
+from appliance.api.io import ok_raw, query_bool, query_str
+from appliance.api.schemas import FieldList, QuestionnairePage
+from appliance.domain.catalog import FieldLibraryEntry
+from appliance.errors import NotFound
+from appliance.storage.catalog import QUESTIONNAIRES, get_field, list_docs, list_fields
+
+CATEGORIES = ("question", "file", "system", "contact", "attribution", "compliance", "flags", "custom")
+
+
+@get("/api/v1/questionnaires", operation_id="listQuestionnaires", sync_to_thread=False,
+     opt={"data": QuestionnairePage})
+def questionnaires_list(request: Request) -> Response:
+    docs = list_docs(request.app.state.runtime.db.reader(), QUESTIONNAIRES, principal(request.scope).tenant_id)
+    pagination = msgspec.json.encode({"total": len(docs), "page": 1, "limit": len(docs)})
+    return ok_raw(b'{"questionnaires":[' + b",".join(docs) + b'],"pagination":' + pagination + b"}")
+
+
+@get("/api/v1/field-library", operation_id="listFieldLibrary", sync_to_thread=False, opt={"data": FieldList})
+def field_library_list(
+    request: Request, category: str | None = None, active: str | None = None, search: str | None = None
+) -> Response:
+    docs = list_fields(
+        request.app.state.runtime.db.reader(),
+        principal(request.scope).tenant_id,
+        category=query_str(request, "category", choices=CATEGORIES),
+        active=query_bool(request, "active"),
+        search=search or None,
+    )
+    return ok_raw(b'{"fields":[' + b",".join(docs) + b"]}")
+
+
+@get("/api/v1/field-library/{key:str}", operation_id="getFieldLibraryEntry", sync_to_thread=False,
+     opt={"data": FieldLibraryEntry, "errors": ["NOT_FOUND"]})
+def field_library_get(request: Request, key: str) -> Response:
+    doc = get_field(request.app.state.runtime.db.reader(), principal(request.scope).tenant_id, key)
+    if doc is None:
+        raise NotFound()
+    return ok_raw(doc)
+
+
+ROUTES = [questionnaires_list, field_library_list, field_library_get]

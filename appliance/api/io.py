@@ -1,0 +1,74 @@
+"""Request bodies decoded strictly by msgspec, query parameters parsed with field-named errors,
+and responses encoded once into the success envelope."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+from litestar import Request, Response
+
+from appliance.errors import JSON, ValidationFailed, UnsupportedMediaType
+from appliance.model import describe_validation_error
+
+T = TypeVar("T")
+_encoder = msgspec.json.Encoder()
+
+
+def ok(data: Any, status: int = 200) -> Response:
+    return Response(_encoder.encode({"success": True, "data": data}), status_code=status, media_type=JSON)
+
+
+def ok_raw(data_json: bytes, status: int = 200) -> Response:
+    """For payloads already encoded (campaign documents are stored as JSON)."""
+    return Response(b'{"success":true,"data":' + data_json + b"}", status_code=status, media_type=JSON)
+
+
+async def read_json(request: Request, kind: type[T]) -> T:
+    content_type = request.headers.get("content-type", "")
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != JSON and not media.endswith("+json"):
+        raise UnsupportedMediaType()
+    body = await request.body()
+    if not body.strip():
+        raise ValidationFailed(["body: a JSON object is required"])
+    try:
+        return msgspec.json.decode(body, type=kind)
+    except msgspec.ValidationError as exc:
+        raise ValidationFailed([describe_validation_error(exc)]) from None
+    except msgspec.DecodeError as exc:
+        raise ValidationFailed([f"body: malformed JSON ({exc})"]) from None
+
+
+def query_int(request: Request, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValidationFailed([f"{name}: must be a whole number"]) from None
+    if value < minimum:
+        raise ValidationFailed([f"{name}: must be at least {minimum}"])
+    return min(value, maximum) if maximum is not None else value
+
+
+def query_bool(request: Request, name: str) -> bool | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    lowered = raw.lower()
+    if lowered == "true":
+        return True
+    if lowered == "false":
+        return False
+    raise ValidationFailed([f"{name}: must be true or false"])
+
+
+def query_str(request: Request, name: str, *, choices: tuple[str, ...] | None = None) -> str | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if choices is not None and raw not in choices:
+        raise ValidationFailed([f"{name}: must be one of {', '.join(choices)}"])
+    return raw

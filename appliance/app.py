@@ -1,0 +1,88 @@
+"""The Litestar application: routes, error mapping, the request edge (request id, activity log)
+and the lifespan that runs the background loops."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+from litestar import Litestar
+from litestar.types import Message, Receive, Scope, Send
+
+from appliance import __version__
+from appliance.api import campaigns, catalog, health, openapi
+from appliance.api.auth import RateLimiter, auth_middleware
+from appliance.clock import iso
+from appliance.errors import EXCEPTION_HANDLERS
+from appliance.jobs.ticker import flush_activity, run_ticker
+from appliance.runtime import Runtime
+
+MAX_BODY = 1024 * 1024
+
+
+class ApplianceApp(Litestar):
+    """Adds the request edge around everything Litestar answers, 404s and errors included."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
+        if scope["type"] != "http":
+            await super().__call__(scope, receive, send)
+            return
+        started = time.perf_counter()
+        request_id = "req_" + secrets.token_hex(8)
+        state = scope.setdefault("state", {})
+        state["request_id"] = request_id
+        header = (b"x-request-id", request_id.encode())
+        status_seen = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status_seen
+            if message["type"] == "http.response.start":
+                status_seen = message["status"]
+                message["headers"] = [*message.get("headers", ()), header]
+            await send(message)
+
+        try:
+            await super().__call__(scope, receive, send_with_id)
+        finally:
+            principal = state.get("principal")
+            runtime: Runtime = self.state.runtime
+            runtime.activity.append((
+                iso(runtime.clock.now()),
+                principal.tenant_id if principal else None,
+                principal.key_id if principal else None,
+                scope["method"],
+                scope.get("path_template") or "(unmatched)",
+                status_seen,
+                round((time.perf_counter() - started) * 1000, 3),
+                request_id,
+            ))
+
+
+def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        stop = asyncio.Event()
+        ticker = asyncio.create_task(run_ticker(runtime, stop)) if background else None
+        try:
+            yield
+        finally:
+            stop.set()
+            if ticker is not None:
+                await ticker
+            await flush_activity(runtime)
+
+    app = ApplianceApp(
+        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES],
+        middleware=[auth_middleware],
+        exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
+        request_max_body_size=MAX_BODY,
+        lifespan=[lifespan],
+        openapi_config=openapi.openapi_config("Lead appliance", __version__),
+        debug=False,
+    )
+    app.state.runtime = runtime
+    app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
+    return app

@@ -1,0 +1,357 @@
+"""Tenant bundles: the JSON or TOML file `appliance import` reads and `export` writes (CONTRACT 7).
+
+Decoding reports every problem it finds as a `"<path>: <what is wrong>"` string, item by item, and
+then checks what one item cannot: unique ids and references between items. Plaintext secrets are
+split off (`split_secrets`) before anything is stored; the refs name their owner, never the value.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Iterable, Iterator
+from datetime import date, datetime, time
+from pathlib import PurePath
+from typing import Any, Literal
+
+import msgspec
+from msgspec.structs import replace
+
+from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
+from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
+from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.messaging import Pixel, SmsConfig
+from appliance.model import Model, describe_validation_error, join_path
+
+BundleFormat = Literal["json", "toml"]
+
+
+class TenantBundle(Model):
+    campaigns: list[Campaign] = []
+    questionnaires: list[Questionnaire] = []
+    field_library: list[FieldLibraryEntry] = []
+    value_sets: list[ValueSet] = []
+    delivery_endpoints: list[DeliveryEndpoint] = []
+    sms: SmsConfig | None = None
+    pixels: list[Pixel] = []
+
+
+class BundleError(Exception):
+    """A bundle that cannot be imported; `problems` are path strings and never carry values."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# Secret refs: `<kind>:<owner ids>:<field>`. Only ids that cannot hold ':' (campaign codes) sit
+# between two others, so a ref reads back unambiguously.
+SECRET_REF_PREFIXES = ("source:", "endpoint:", "sms:", "pixel:")
+
+
+def source_key_ref(campaign_id: str, source_id: str) -> str:
+    return f"source:{campaign_id}:{source_id}:apiKey"
+
+
+def endpoint_secret_ref(delivery_endpoint_id: str, field: Literal["auth.password", "auth.token"]) -> str:
+    return f"endpoint:{delivery_endpoint_id}:{field}"
+
+
+def sms_secret_ref(provider_id: str, field: Literal["authToken", "apiKey"]) -> str:
+    return f"sms:{provider_id}:{field}"
+
+
+def pixel_token_ref(pixel_id: str) -> str:
+    return f"pixel:{pixel_id}:accessToken"
+
+
+def format_from_filename(name: str) -> BundleFormat:
+    suffix = PurePath(name).suffix.lower()
+    if suffix == ".json":
+        return "json"
+    if suffix == ".toml":
+        return "toml"
+    raise BundleError([f"bundle: cannot tell the format of {PurePath(name).name!r}; use a .json or .toml file"])
+
+
+def load_bundle(
+    raw: bytes,
+    fmt: str,
+    *,
+    known_value_sets: frozenset[str] = frozenset(),
+    known_endpoints: frozenset[str] = frozenset(),
+    known_campaigns: frozenset[str] = frozenset(),
+    known_questionnaires: frozenset[str] | None = None,
+) -> TenantBundle:
+    """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
+    With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
+    carries questionnaires."""
+    bundle = _decode(_parse(raw, fmt))
+    problems = _cross_check(
+        bundle,
+        value_sets=known_value_sets | {v.value_set_id for v in bundle.value_sets},
+        endpoints=known_endpoints | {e.delivery_endpoint_id for e in bundle.delivery_endpoints},
+        campaigns=known_campaigns | {c.campaign_id for c in bundle.campaigns},
+        questionnaires=(
+            None if known_questionnaires is None and not bundle.questionnaires
+            else (known_questionnaires or frozenset()) | {q.questionnaire_id for q in bundle.questionnaires}
+        ),
+    )
+    if problems:
+        raise BundleError(problems)
+    return bundle
+
+
+def _parse(raw: bytes, fmt: str) -> Any:
+    if fmt == "json":
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError as exc:
+            raise BundleError([f"bundle: malformed JSON: {_json_position(str(exc), raw)}"]) from None
+    if fmt == "toml":
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BundleError([f"bundle: not UTF-8 text (byte {exc.start})"]) from None
+        try:
+            return _plain(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as exc:
+            raise BundleError([f"bundle: malformed TOML: {_lower_first(str(exc))}"]) from None
+    raise BundleError([f"bundle: unknown format {fmt!r}; use json or toml"])
+
+
+def _json_position(message: str, raw: bytes) -> str:
+    # msgspec names a byte offset; people look for a line and column.
+    message = _lower_first(message.removeprefix("JSON is malformed: "))
+    found = re.search(r"\(byte (\d+)\)$", message)
+    if not found:
+        return message
+    offset = int(found[1])
+    line = raw.count(b"\n", 0, offset) + 1
+    column = offset - (raw.rfind(b"\n", 0, offset) + 1) + 1
+    return f"{message[:found.start()]}(at line {line}, column {column})"
+
+
+def _lower_first(text: str) -> str:
+    return text[:1].lower() + text[1:]
+
+
+def _plain(value: Any) -> Any:
+    """TOML's native dates and times as the ISO strings the shapes hold."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, time):
+        # A TOML time needs seconds; schedules are HH:MM.
+        return value.strftime("%H:%M") if not (value.second or value.microsecond) else value.isoformat()
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return value
+
+
+_ITEM_SECTIONS: dict[str, type[Model]] = {
+    "campaigns": Campaign,
+    "questionnaires": Questionnaire,
+    "fieldLibrary": FieldLibraryEntry,
+    "valueSets": ValueSet,
+    "deliveryEndpoints": DeliveryEndpoint,
+    "pixels": Pixel,
+}
+
+
+def _decode(data: Any) -> TenantBundle:
+    # Item by item, so one bad campaign does not hide the problems of the next.
+    problems: list[str] = []
+    try:
+        data = msgspec.convert(data, dict[str, Any])
+    except msgspec.ValidationError as exc:
+        raise BundleError([_describe(exc, "bundle")]) from None
+    problems += [f"{key}: unknown field" for key in data if key not in _ITEM_SECTIONS and key != "sms"]
+    sections: dict[str, Any] = {}
+    for wire, item_type in _ITEM_SECTIONS.items():
+        try:
+            items = msgspec.convert(data.get(wire, []), list)
+        except msgspec.ValidationError as exc:
+            problems.append(_describe(exc, wire))
+            continue
+        sections[wire] = []
+        for i, item in enumerate(items):
+            try:
+                sections[wire].append(msgspec.convert(item, item_type))
+            except msgspec.ValidationError as exc:
+                problems.append(_describe(exc, f"{wire}[{i}]"))
+    if data.get("sms") is not None:
+        try:
+            sections["sms"] = msgspec.convert(data["sms"], SmsConfig)
+        except msgspec.ValidationError as exc:
+            problems.append(_describe(exc, "sms"))
+    if problems:
+        raise BundleError(problems)
+    return TenantBundle(
+        campaigns=sections["campaigns"],
+        questionnaires=sections["questionnaires"],
+        field_library=sections["fieldLibrary"],
+        value_sets=sections["valueSets"],
+        delivery_endpoints=sections["deliveryEndpoints"],
+        sms=sections.get("sms"),
+        pixels=sections["pixels"],
+    )
+
+
+def _describe(exc: msgspec.ValidationError, prefix: str) -> str:
+    path, problem = describe_validation_error(exc).split(": ", 1)
+    if path == "body":  # describe_validation_error's name for the value itself
+        return f"{prefix}: {problem}"
+    return f"{join_path(prefix, path)}: {problem}"
+
+
+def _duplicates(entries: Iterable[tuple[str, str, str]]) -> list[str]:
+    """entries: (owner path, id field, id); names each repeat and where the id first appeared."""
+    first: dict[str, str] = {}
+    problems = []
+    for owner, field, key in entries:
+        if key in first:
+            problems.append(f"{owner}.{field}: duplicate of {first[key]}")
+        else:
+            first[key] = owner
+    return problems
+
+
+def _rule_set_conditions(path: str, rules: RuleSet | None) -> Iterator[tuple[str, Condition]]:
+    if rules is not None:
+        yield from _sub_rule_conditions(path, rules.sub_rules)
+
+
+def _sub_rule_conditions(path: str, sub_rules: list[SubRule]) -> Iterator[tuple[str, Condition]]:
+    for j, sub in enumerate(sub_rules):
+        for k, condition in enumerate(sub.conditions):
+            yield f"{path}.subRules[{j}].conditions[{k}]", condition
+
+
+def _campaign_conditions(path: str, c: Campaign) -> Iterator[tuple[str, Condition]]:
+    q = c.qualification
+    for i, rules in enumerate(q.rules):
+        yield from _rule_set_conditions(f"{path}.qualification.rules[{i}]", rules)
+    for i, route in enumerate(q.routing_rules):
+        yield from _sub_rule_conditions(f"{path}.qualification.routingRules[{i}]", route.sub_rules)
+    for i, doc in enumerate(c.documents):
+        yield from _rule_set_conditions(f"{path}.documents[{i}].conditions", doc.conditions)
+    for i, source in enumerate(c.ingestion.sources):
+        for m, milestone in enumerate(source.cost_milestones):
+            yield from _rule_set_conditions(
+                f"{path}.ingestion.sources[{i}].costMilestones[{m}].conditions", milestone.conditions
+            )
+    for m, milestone in enumerate(c.delivery.revenue_milestones):
+        yield from _rule_set_conditions(f"{path}.delivery.revenueMilestones[{m}].conditions", milestone.conditions)
+
+
+def _campaign_references(path: str, c: Campaign) -> Iterator[tuple[str, str]]:
+    """(path, campaignId) of every campaign a campaign sends leads on to."""
+    q = c.qualification
+    for i, code in enumerate(q.fallback_campaigns):
+        yield f"{path}.qualification.fallbackCampaigns[{i}]", code
+    for i, route in enumerate(q.routing_rules):
+        yield f"{path}.qualification.routingRules[{i}].routeTo.campaignId", route.route_to.campaign_id
+    for i, limit in enumerate(c.delivery.delivery_limits):
+        if limit.route_to_campaign_id:
+            yield f"{path}.delivery.deliveryLimits[{i}].routeToCampaignId", limit.route_to_campaign_id
+    schedule = c.delivery.delivery_schedule
+    if schedule is not None and schedule.route_to_campaign_id:
+        yield f"{path}.delivery.deliverySchedule.routeToCampaignId", schedule.route_to_campaign_id
+
+
+def _cross_check(
+    bundle: TenantBundle,
+    *,
+    value_sets: frozenset[str],
+    endpoints: frozenset[str],
+    campaigns: frozenset[str],
+    questionnaires: frozenset[str] | None,
+) -> list[str]:
+    problems = _duplicates((f"campaigns[{i}]", "campaignId", c.campaign_id) for i, c in enumerate(bundle.campaigns))
+    problems += _duplicates(
+        (f"questionnaires[{i}]", "questionnaireId", q.questionnaire_id) for i, q in enumerate(bundle.questionnaires)
+    )
+    for i, q in enumerate(bundle.questionnaires):
+        problems += _duplicates((f"questionnaires[{i}].questions[{j}]", "key", x.key) for j, x in enumerate(q.questions))
+    problems += _duplicates((f"fieldLibrary[{i}]", "key", f.key) for i, f in enumerate(bundle.field_library))
+    problems += _duplicates((f"valueSets[{i}]", "valueSetId", v.value_set_id) for i, v in enumerate(bundle.value_sets))
+    problems += _duplicates(
+        (f"deliveryEndpoints[{i}]", "deliveryEndpointId", e.delivery_endpoint_id)
+        for i, e in enumerate(bundle.delivery_endpoints)
+    )
+    problems += _duplicates((f"pixels[{i}]", "pixelId", p.pixel_id) for i, p in enumerate(bundle.pixels))
+
+    for i, c in enumerate(bundle.campaigns):
+        path = f"campaigns[{i}]"
+        # A source key is bound to a sourceId; the same source may feed several campaigns.
+        problems += _duplicates(
+            (f"{path}.ingestion.sources[{j}]", "sourceId", s.source_id) for j, s in enumerate(c.ingestion.sources)
+        )
+        if questionnaires is not None and c.questionnaire_id is not None and c.questionnaire_id not in questionnaires:
+            problems.append(f"{path}.questionnaireId: unknown questionnaire")
+        endpoint_id = c.delivery.delivery_endpoint_id
+        if endpoint_id is not None and endpoint_id not in endpoints:
+            problems.append(f"{path}.delivery.deliveryEndpointId: unknown delivery endpoint")
+        problems += [f"{where}: unknown campaign" for where, code in _campaign_references(path, c) if code not in campaigns]
+        problems += [
+            f"{where}.valueSetId: unknown value set"
+            for where, condition in _campaign_conditions(path, c)
+            if condition.value_set_id is not None and condition.value_set_id not in value_sets
+        ]
+
+    if bundle.sms is not None:
+        sms = bundle.sms
+        problems += _duplicates((f"sms.providers[{i}]", "providerId", p.provider_id) for i, p in enumerate(sms.providers))
+        problems += _duplicates((f"sms.numbers[{i}]", "number", n.number) for i, n in enumerate(sms.numbers))
+        problems += _duplicates((f"sms.agents[{i}]", "agentId", a.agent_id) for i, a in enumerate(sms.agents))
+        for i, number in enumerate(sms.numbers):
+            problems += [
+                f"sms.numbers[{i}].campaignIds[{j}]: unknown campaign"
+                for j, code in enumerate(number.campaign_ids)
+                if code not in campaigns
+            ]
+        problems += [f"sms.campaignProviders.{code}: unknown campaign" for code in sms.campaign_providers if code not in campaigns]
+    return problems
+
+
+def split_secrets(bundle: TenantBundle) -> tuple[TenantBundle, dict[str, str]]:
+    """A copy with every plaintext secret set to None, and the secrets by ref (see the *_ref helpers)."""
+    secrets: dict[str, str] = {}
+
+    def take(ref: str, value: str | None) -> None:
+        if value is not None:
+            secrets[ref] = value
+
+    campaigns = []
+    for c in bundle.campaigns:
+        sources = []
+        for s in c.ingestion.sources:
+            take(source_key_ref(c.campaign_id, s.source_id), s.api_key)
+            sources.append(replace(s, api_key=None))
+        campaigns.append(replace(c, ingestion=replace(c.ingestion, sources=sources)))
+
+    endpoints = []
+    for e in bundle.delivery_endpoints:
+        if e.auth is not None:
+            take(endpoint_secret_ref(e.delivery_endpoint_id, "auth.password"), e.auth.password)
+            take(endpoint_secret_ref(e.delivery_endpoint_id, "auth.token"), e.auth.token)
+            e = replace(e, auth=replace(e.auth, password=None, token=None))
+        endpoints.append(e)
+
+    sms = bundle.sms
+    if sms is not None:
+        providers = []
+        for p in sms.providers:
+            take(sms_secret_ref(p.provider_id, "authToken"), p.auth_token)
+            take(sms_secret_ref(p.provider_id, "apiKey"), p.api_key)
+            providers.append(replace(p, auth_token=None, api_key=None))
+        sms = replace(sms, providers=providers)
+
+    pixels = []
+    for p in bundle.pixels:
+        take(pixel_token_ref(p.pixel_id), p.access_token)
+        pixels.append(replace(p, access_token=None))
+
+    return replace(bundle, campaigns=campaigns, delivery_endpoints=endpoints, sms=sms, pixels=pixels), secrets

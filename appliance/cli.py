@@ -1,0 +1,293 @@
+"""The `appliance` command (CONTRACT section 7). Every command reads the same config
+(`--config FILE` or $APPLIANCE_CONFIG) and exits non-zero with a one-line reason on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import click
+
+from appliance import __version__, tenancy
+from appliance.bundle import BundleError, format_from_filename
+from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
+from appliance.crypto import SecretError, load_master_key
+from appliance.runtime import Runtime, initialize, open_runtime
+from appliance.storage.db import StorageError
+from appliance.storage.migrations import MIGRATIONS
+from appliance.storage.tenants import list_keys, list_tenants
+
+
+def _fail(problems: list[str] | str) -> None:
+    for problem in [problems] if isinstance(problems, str) else problems:
+        click.echo(f"error: {problem}", err=True)
+    sys.exit(1)
+
+
+def _emit(as_json: bool, data: Any, text: str) -> None:
+    click.echo(json.dumps(data, indent=2) if as_json else text)
+
+
+def admin_command(fn: Callable) -> Callable:
+    """Open the runtime for the command and turn refusals into `error: ...` lines."""
+
+    @wraps(fn)
+    @click.pass_context
+    def wrapper(ctx: click.Context, *args: Any, **kwargs: Any) -> Any:
+        runtime = None
+        try:
+            runtime = open_runtime(ctx.obj["config"]())
+            return fn(runtime, *args, **kwargs)
+        except tenancy.AdminError as exc:
+            _fail(exc.problems)
+        except BundleError as exc:
+            _fail(exc.problems)
+        except (StorageError, SecretError) as exc:
+            _fail(str(exc))
+        finally:
+            if runtime is not None:
+                runtime.close()
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar=CONFIG_ENV,
+              help=f"TOML config file (default: ${CONFIG_ENV}, else built-in defaults).")
+@click.version_option(__version__, prog_name="appliance")
+@click.pass_context
+def main(ctx: click.Context, config_path: str | None) -> None:
+    """Lead intake, qualification and delivery appliance."""
+    loaded: list[Config] = []
+
+    def config() -> Config:
+        if not loaded:
+            try:
+                loaded.append(load_config(config_path))
+            except ConfigError as exc:
+                _fail(str(exc))
+        return loaded[0]
+
+    ctx.obj = {"config": config}
+
+
+@main.command()
+@click.pass_context
+def init(ctx: click.Context) -> None:
+    """Create the data folder, the database and the master key (safe to repeat)."""
+    config = ctx.obj["config"]()
+    try:
+        created_key, created_db = initialize(config)
+    except StorageError as exc:
+        _fail(str(exc))
+    click.echo(f"database   {config.database_file} ({'created' if created_db else 'up to date'})")
+    click.echo(f"master key {config.master_key_path} ({'created, mode 0600' if created_key else 'kept'})")
+
+
+def _serve(config: Config, host: str | None, port: int | None, banner: Callable[[str], None] | None = None) -> None:
+    import uvicorn
+
+    from appliance.app import create_app
+
+    runtime = open_runtime(config)
+    try:
+        app = create_app(runtime)
+        bind_host, bind_port = host or config.server.host, port or config.server.port
+        if banner:
+            banner(f"http://{bind_host}:{bind_port}")
+        # One worker: SQLite has one writer; several processes only fight over its lock.
+        uvicorn.run(app, host=bind_host, port=bind_port, log_level=config.server.log_level,
+                    access_log=False, server_header=False, lifespan="on")
+    finally:
+        runtime.close()
+
+
+@main.command()
+@click.option("--host", default=None, help="Bind address (default: [server] host).")
+@click.option("--port", type=int, default=None, help="Port (default: [server] port).")
+@click.pass_context
+def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Run the HTTP API and the background job loop."""
+    _serve(ctx.obj["config"](), host, port)
+
+
+@main.command()
+@click.option("--host", default=None)
+@click.option("--port", type=int, default=None)
+@click.pass_context
+def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
+    """Set up a demo tenant with sample campaigns, print a fresh key and a curl line, and serve."""
+    from appliance.demo import ensure_demo_tenant
+
+    config = ctx.obj["config"]()
+    runtime = open_runtime(config)
+    try:
+        tenant_id, key = ensure_demo_tenant(runtime)
+    finally:
+        runtime.close()
+
+    def banner(base_url: str) -> None:
+        click.echo(f"demo tenant {tenant_id}")
+        click.echo(f"API key (shown once): {key}")
+        click.echo("try:")
+        click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/campaigns")
+
+    _serve(config, host, port, banner)
+
+
+@main.group()
+def tenant() -> None:
+    """Create and list tenants."""
+
+
+@tenant.command("create")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def tenant_create(runtime: Runtime, name: str, as_json: bool) -> None:
+    tenant_id = tenancy.create_tenant(runtime, name)
+    _emit(as_json, {"tenantId": tenant_id, "name": name.strip()}, tenant_id)
+
+
+@tenant.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def tenant_list(runtime: Runtime, as_json: bool) -> None:
+    rows = list_tenants(runtime.db.reader())
+    _emit(as_json, [{"tenantId": t, "name": n, "createdAt": c} for t, n, c in rows],
+          "\n".join(f"{t}\t{n}\t{c}" for t, n, c in rows))
+
+
+@main.group()
+def key() -> None:
+    """Create, list and revoke API keys."""
+
+
+@key.command("create")
+@click.option("--tenant", "tenant_id", required=True, help="tenantId from `tenant create`.")
+@click.option("--name", default="", help="What the key is for.")
+@click.option("--source", "source_id", default=None, help="Bind the key to this ingestion source (submit only).")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def key_create(runtime: Runtime, tenant_id: str, name: str, source_id: str | None, as_json: bool) -> None:
+    new = tenancy.create_key(runtime, tenant_id, name=name, source_id=source_id)
+    data = {"keyId": new.key_id, "key": new.key, "prefix": new.prefix, "tenantId": new.tenant_id,
+            "kind": new.kind, "sourceId": new.source_id, "name": new.name}
+    _emit(as_json, data, f"{new.key}\n(key id {new.key_id}; the key is shown only now)")
+
+
+@key.command("list")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def key_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
+    rows = list_keys(runtime.db.reader(), tenant_id)
+    data = [{"keyId": r.key_id, "name": r.name, "kind": r.kind, "sourceId": r.source_id, "prefix": r.prefix,
+             "createdAt": r.created_at, "revokedAt": r.revoked_at, "lastUsedAt": r.last_used_at} for r in rows]
+    _emit(as_json, data, "\n".join(
+        f"{r.key_id}\t{r.prefix}...\t{r.kind}\t{'revoked' if r.revoked_at else 'active'}\t{r.last_used_at or 'never used'}"
+        for r in rows))
+
+
+@key.command("revoke")
+@click.argument("key_id")
+@admin_command
+def key_revoke(runtime: Runtime, key_id: str) -> None:
+    tenancy.revoke_key(runtime, key_id)
+    click.echo(f"revoked {key_id}")
+
+
+@main.command("import")
+@click.option("--tenant", "tenant_id", required=True)
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@admin_command
+def import_(runtime: Runtime, tenant_id: str, file: str) -> None:
+    """Upsert a tenant bundle (JSON or TOML) into a tenant."""
+    counts = tenancy.import_bundle(runtime, tenant_id, Path(file).read_bytes(), format_from_filename(file))
+    click.echo("imported " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+
+
+@main.command()
+@click.option("--tenant", "tenant_id", required=True)
+@click.argument("file", required=False, type=click.Path(dir_okay=False))
+@admin_command
+def export(runtime: Runtime, tenant_id: str, file: str | None) -> None:
+    """Write a tenant bundle (JSON, or TOML for a .toml FILE; stdout without FILE). Secrets stay out."""
+    bundle = tenancy.export_bundle(runtime, tenant_id)
+    if file is None:
+        click.echo(tenancy.encode_bundle(bundle, "json").decode(), nl=False)
+        return
+    Path(file).write_bytes(tenancy.encode_bundle(bundle, format_from_filename(file)))
+    click.echo(f"exported {tenant_id} to {file}")
+
+
+@main.command()
+@click.argument("dest", type=click.Path())
+@admin_command
+def backup(runtime: Runtime, dest: str) -> None:
+    """Consistent online copy of the database, safe while the service runs."""
+    target = Path(dest)
+    if target.is_dir():
+        target = target / f"appliance-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.db"
+    if target.exists():
+        _fail(f"{target} exists; choose a new file")
+    runtime.db.backup_to(target)
+    click.echo(f"backup written to {target}")
+    click.echo(f"secrets in it open only with the master key {runtime.config.master_key_path}: keep a copy apart")
+
+
+@main.command()
+@click.pass_context
+def doctor(ctx: click.Context) -> None:
+    """Check the config, the master key, the database and the plugin folders."""
+    config = ctx.obj["config"]()
+    problems: list[str] = []
+
+    def check(label: str, fn: Callable[[], str]) -> None:
+        try:
+            click.echo(f"ok    {label}: {fn()}")
+        except Exception as exc:  # doctor reports every failure instead of stopping at the first
+            problems.append(label)
+            click.echo(f"FAIL  {label}: {exc}")
+
+    def master_key() -> str:
+        path = config.master_key_path
+        load_master_key(path)
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & 0o077:
+            raise SecretError(f"{path} is readable by others (mode {mode:o}); chmod 600 it")
+        return f"{path} (mode {mode:o})"
+
+    def database() -> str:
+        if not config.database_file.exists():
+            raise StorageError(f"{config.database_file} does not exist; run `appliance init`")
+        runtime = open_runtime(config)
+        try:
+            conn = runtime.db.reader()
+            (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
+            if verdict != "ok":
+                raise StorageError(f"integrity_check: {verdict}")
+            applied = conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
+            return f"{config.database_file}: integrity ok, {applied}/{len(MIGRATIONS)} migrations"
+        finally:
+            runtime.close()
+
+    def plugin_dirs() -> str:
+        missing = [d for d in config.plugins.dirs if not Path(d).is_dir()]
+        if missing and config.plugins.strict:
+            raise FileNotFoundError(f"missing plugin folders: {', '.join(missing)}")
+        return ", ".join(f"{d}{' (missing)' if d in missing else ''}" for d in config.plugins.dirs) or "none"
+
+    check("config", lambda: os.environ.get(CONFIG_ENV) or "built-in defaults")
+    check("master key", master_key)
+    check("database", database)
+    check("plugin folders", plugin_dirs)
+    if problems:
+        sys.exit(1)

@@ -1,0 +1,147 @@
+"""The TOML configuration: one struct per table, unknown keys refused, every key defaulted.
+
+`config.example.toml` documents each key; keep the two in step."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+from appliance.model import Settings, describe_validation_error, invalid
+
+CONFIG_ENV = "APPLIANCE_CONFIG"
+
+
+class ServerConfig(Settings):
+    host: str = "127.0.0.1"
+    port: int = 8080
+    log_level: str = "info"
+
+
+class StorageConfig(Settings):
+    path: str = "./data"  # folder holding appliance.db (relative to the working directory)
+    synchronous: str = "FULL"
+
+    def __post_init__(self) -> None:
+        if self.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
+            invalid("synchronous", "must be FULL, NORMAL or EXTRA")
+
+
+class SecurityConfig(Settings):
+    master_key_file: str = ""  # empty: <storage.path>/master.key
+    rate_limit_per_minute: int = 12000  # per API key; 0 turns the limit off
+
+    def __post_init__(self) -> None:
+        if self.rate_limit_per_minute < 0:
+            invalid("rate_limit_per_minute", "must be 0 (off) or a positive number")
+
+
+class DeliveryConfig(Settings):
+    allow_private_addresses: bool = False
+
+
+class TwilioConfig(Settings):
+    base_url: str = "https://api.twilio.com"
+    account_sid: str = ""
+    auth_token: str = ""
+
+
+class TelnyxConfig(Settings):
+    base_url: str = "https://api.telnyx.com"
+    api_key: str = ""
+
+
+class SmsConfig(Settings):
+    default_provider: str = "twilio"
+    twilio: TwilioConfig = msgspec.field(default_factory=TwilioConfig)
+    telnyx: TelnyxConfig = msgspec.field(default_factory=TelnyxConfig)
+
+
+class SocialPixelConfig(Settings):
+    base_url: str = "https://graph.facebook.com"
+    api_version: str = "v21.0"
+
+
+class VideoPixelConfig(Settings):
+    base_url: str = "https://business-api.tiktok.com"
+
+
+class PixelsConfig(Settings):
+    social: SocialPixelConfig = msgspec.field(default_factory=SocialPixelConfig)
+    video: VideoPixelConfig = msgspec.field(default_factory=VideoPixelConfig)
+
+
+class PluginsConfig(Settings):
+    dirs: list[str] = msgspec.field(default_factory=lambda: ["./plugins"])
+    strict: bool = False  # a plugin that fails to load stops start-up instead of being skipped
+    # Each plugin's own [plugins.<name>] table, decoded later by that plugin into its own struct.
+    tables: dict[str, dict] = {}
+
+
+class DefaultsConfig(Settings):
+    region: str = "US"
+    dedupe_window_days: int = 30
+
+    def __post_init__(self) -> None:
+        if len(self.region) != 2 or not self.region.isupper():
+            invalid("region", "must be a two-letter uppercase country code")
+        if self.dedupe_window_days < 0:
+            invalid("dedupe_window_days", "must be 0 (off) or more")
+
+
+class Config(Settings):
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
+    security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
+    delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
+    sms: SmsConfig = msgspec.field(default_factory=SmsConfig)
+    pixels: PixelsConfig = msgspec.field(default_factory=PixelsConfig)
+    plugins: PluginsConfig = msgspec.field(default_factory=PluginsConfig)
+    defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+
+    @property
+    def data_dir(self) -> Path:
+        return Path(self.storage.path)
+
+    @property
+    def database_file(self) -> Path:
+        return self.data_dir / "appliance.db"
+
+    @property
+    def master_key_path(self) -> Path:
+        return Path(self.security.master_key_file) if self.security.master_key_file else self.data_dir / "master.key"
+
+
+class ConfigError(Exception):
+    """Start-up refuses a config it cannot read; the message names the file and the key."""
+
+
+def _decode(table: dict, source: str) -> Config:
+    plugins = table.get("plugins")
+    if isinstance(plugins, dict):
+        own = {k: v for k, v in plugins.items() if isinstance(v, dict)}
+        table = {**table, "plugins": {**{k: v for k, v in plugins.items() if k not in own}, "tables": own}}
+    try:
+        return msgspec.convert(table, type=Config)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"{source}: {describe_validation_error(exc)}") from None
+
+
+def load_config(path: str | os.PathLike | None = None) -> Config:
+    """`path`, else $APPLIANCE_CONFIG, else built-in defaults (the embedded demo set-up)."""
+    path = path or os.environ.get(CONFIG_ENV) or None
+    if path is None:
+        return Config()
+    source = str(path)
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{source}: cannot read the config file ({exc.strerror})") from None
+    try:
+        table = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{source}: not valid TOML ({exc})") from None
+    return _decode(table, source)

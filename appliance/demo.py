@@ -1,0 +1,111 @@
+"""The embedded demo: one tenant with sample campaigns, a questionnaire, a value set and a
+delivery endpoint, so a fresh install answers real requests at once."""
+
+from __future__ import annotations
+
+import msgspec
+
+from appliance import tenancy
+from appliance.runtime import Runtime
+from appliance.storage.tenants import list_tenants
+
+DEMO_TENANT = "Demo Agency"
+
+_QUALIFY_ADULTS = {
+    "name": "Adults in served states",
+    "logicalOperator": "OR",
+    "subRules": [
+        {"logicalOperator": "AND", "conditions": [
+            {"field": "age", "operator": "less_than", "value": [18], "maxSeverity": "disqualify"}]},
+        {"logicalOperator": "AND", "conditions": [
+            {"field": "address.state", "operator": "not_in_value_set", "valueSetId": "served-states",
+             "maxSeverity": "disqualify"}]},
+    ],
+}
+
+DEMO_BUNDLE = {
+    "valueSets": [{"valueSetId": "served-states", "name": "States we serve",
+                   "values": ["CA", "TX", "FL", "NY", "AZ"]}],
+    "questionnaires": [{
+        "questionnaireId": "auto-accident",
+        "name": "Auto accident intake",
+        "questions": [
+            {"key": "accident_date", "question": "When did the accident happen?"},
+            {"key": "injured", "question": "Were you injured?", "options": ["yes", "no"]},
+            {"key": "at_fault", "question": "Were you at fault?", "options": ["yes", "no"]},
+        ],
+    }],
+    "fieldLibrary": [
+        {"key": "accident_date", "label": "Accident date", "question": "When did the accident happen?",
+         "category": "question", "dataType": "date"},
+        {"key": "injured", "label": "Injured", "question": "Were you injured?", "category": "question"},
+        {"key": "at_fault", "label": "At fault", "question": "Were you at fault?", "category": "question"},
+    ],
+    "deliveryEndpoints": [{
+        "deliveryEndpointId": "demo-buyer",
+        "url": "https://buyer.example.com/leads",
+        "fieldMapping": [
+            {"clientKey": "first_name", "leadField": "firstName", "required": True},
+            {"clientKey": "last_name", "leadField": "lastName", "required": True},
+            {"clientKey": "email", "leadField": "email", "required": True},
+            {"clientKey": "phone", "leadField": "phoneE164", "required": True},
+            {"clientKey": "vendor", "value": "demo-agency"},
+        ],
+        "responseRules": {"success": {"statusCodes": [200, 201]}, "clientLeadIdPath": "id"},
+    }],
+    "campaigns": [
+        {
+            "campaignId": "AUTO1", "name": "Auto accident - California",
+            "offer": {"offerId": "off-auto", "offerName": "Auto Accident"},
+            "client": {"clientId": "cli-smith", "clientName": "Smith & Partners"},
+            "questionnaireId": "auto-accident",
+            "qualification": {
+                "rules": [_QUALIFY_ADULTS],
+                "autoRoutingEnabled": True,
+                "routingRules": [{
+                    "routeName": "Texas leads to the Texas campaign", "priority": 1,
+                    "subRules": [{"conditions": [{"field": "address.state", "operator": "equals", "value": ["TX"]}]}],
+                    "routeTo": {"campaignId": "AUTO2", "clientName": "Lone Star Law", "offerName": "Auto Accident"},
+                }],
+                "fallbackCampaigns": ["AUTO2"],
+            },
+            "ingestion": {"sources": [{"sourceId": "src-web", "name": "Website form"}]},
+            "delivery": {"deliveryEndpointId": "demo-buyer",
+                         "deliveryLimits": [{"cap": 500, "type": "daily", "action": "queue"}],
+                         "deliverySchedule": {"timezone": "America/Los_Angeles", "specificDays": [
+                             {"day": d, "startTime": "08:00", "endTime": "18:00"}
+                             for d in ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday")]}},
+            "tags": ["auto", "demo"],
+        },
+        {
+            "campaignId": "AUTO2", "name": "Auto accident - Texas",
+            "offer": {"offerId": "off-auto", "offerName": "Auto Accident"},
+            "client": {"clientId": "cli-lonestar", "clientName": "Lone Star Law"},
+            "questionnaireId": "auto-accident",
+            "qualification": {"rules": [_QUALIFY_ADULTS]},
+            "delivery": {"deliveryEndpointId": "demo-buyer"},
+            "tags": ["auto", "demo"],
+        },
+        {
+            "campaignId": "SOLAR", "name": "Residential solar",
+            "offer": {"offerId": "off-solar", "offerName": "Solar Savings"},
+            "client": {"clientId": "cli-sun", "clientName": "Sunny Installers"},
+            "firstIntakeAction": {"enabled": True, "action": "human_review",
+                                  "humanReview": {"reason": "New buyer: check every lead", "priority": "high"}},
+            "delivery": {"deliveryEndpointId": "demo-buyer"},
+            "tags": ["solar", "demo"],
+        },
+    ],
+}
+
+
+def ensure_demo_tenant(runtime: Runtime) -> tuple[str, str]:
+    """The demo tenant (created with its sample bundle on first use) and a fresh key for it:
+    keys are shown once, so every run prints a new one."""
+    existing = [tid for tid, name, _ in list_tenants(runtime.db.reader()) if name == DEMO_TENANT]
+    if existing:
+        tenant_id = existing[0]
+    else:
+        tenant_id = tenancy.create_tenant(runtime, DEMO_TENANT)
+        tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(DEMO_BUNDLE), "json")
+    return tenant_id, tenancy.create_key(runtime, tenant_id, name="demo").key

@@ -1,0 +1,26 @@
+"""Routing rule selection (CONTRACT 4 step 4): active rules by ascending priority, first match."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import date
+from typing import Any
+
+from appliance.domain.campaign import RoutingRule
+from appliance.domain.rules import PromptEvaluator, matches
+
+
+def choose_route(routing_rules: Sequence[RoutingRule], facts: Mapping[str, Any], *,
+                 value_sets: Mapping[str, Sequence[Any]], today: date,
+                 prompt_evaluator: PromptEvaluator | None = None) -> RoutingRule | None:
+    """The first active rule, by ascending priority, whose sub-rules match the facts.
+
+    Ties keep list order (sorted() is stable). Prompt conditions follow the rules module:
+    skipped without an evaluator, and a rule whose conditions are all skipped does not match.
+    """
+    active = sorted((r for r in routing_rules if r.active), key=lambda r: r.priority)
+    for rule in active:
+        if matches(rule.logical_operator, rule.sub_rules, facts, value_sets=value_sets,
+                   today=today, prompt_evaluator=prompt_evaluator):
+            return rule
+    return None

@@ -1,0 +1,508 @@
+"""Condition engine for qualification rule sets and routing rules (CONTRACT 4 step 5).
+
+Facts are a plain dict shaped like the submit body (camelCase keys, questionnaire in its array
+form `[{key, question, answer}]`) plus a top-level `sourceId`.
+
+Semantics decided here:
+- Paths are dotted (`address.state`, `attribution.params.utm_source`); a key that itself
+  contains dots is found too. `questionnaire.<key>` is the answer of the entry with that key
+  (the object form `{key: answer}` is read as well). `age` is whole years from `dateOfBirth`
+  at `today`, missing when the date is absent, not YYYY-MM-DD, or in the future.
+- Missing values: None, a string that is empty after trimming, an empty list and an empty
+  object all count as missing. A missing value makes every operator false except
+  `not_exists`, `not_equals`, `not_contains` and `not_in_value_set`, which are true.
+- Strings compare trimmed and case-insensitively (`matches` too). Booleans compare as
+  "true"/"false". Two values that both read as numbers ("42", 42.0) compare as numbers, so
+  equality of "042" and "42" holds.
+- `value` is an array. equals / contains / starts_with / ends_with / matches hold when any
+  value matches (empty strings in `value` never match for the substring operators); the not_*
+  operators are their negations. The ordering operators use the first value, `between` and
+  `age_between` the first two as an inclusive [lo, hi]. Ordering compares numbers when both
+  sides are numeric, else instants when both sides are ISO dates or timestamps (a date is
+  midnight UTC, a naive timestamp is UTC), else it is false.
+- A list-valued fact (a multi-select answer) satisfies a positive operator when any element
+  does; a nested object never equals or contains anything, but it `exists`.
+- `in_value_set` reads `value_sets[valueSetId]`, or `value` itself when no id is given; an
+  unknown id makes both set operators false (a missing fact still makes `not_in_value_set` true).
+- An invalid regex makes `matches` false. No operator raises on any JSON value.
+- A `prompt` condition is decided by the prompt evaluator; with none, a None verdict or an
+  evaluator that raises, it is skipped: left out of its sub-rule's AND/OR. A sub-rule with only
+  skipped conditions is left out of the rule set; a rule set with nothing left does not match.
+  Empty sub-rule or condition lists do not match.
+- A qualification rule set describes a disqualifying situation: when it matches, its severity
+  is the highest `maxSeverity` (flag < review < disqualify) among the true conditions of the
+  sub-rules that matched; those conditions are the reasons.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, date, datetime
+from functools import lru_cache
+from types import MappingProxyType
+from typing import Any, Final
+
+import msgspec
+
+from appliance.domain.campaign import Condition, RuleSet, Severity, SubRule
+from appliance.domain.normalize import age_on, parse_date
+
+
+class _Missing:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+MISSING: Final = _Missing()
+
+PromptEvaluator = Callable[[Condition, dict], "bool | None"]
+
+_NO_VALUE_SETS: Mapping[str, Sequence[Any]] = MappingProxyType({})
+_SEVERITY_RANK: Final = {"flag": 0, "review": 1, "disqualify": 2}
+_RANKED_SEVERITY: Final = ("flag", "review", "disqualify")
+_NEGATED: Final = frozenset({"not_equals", "not_contains", "not_in_value_set", "not_exists"})
+_ORDERING: Final = {
+    "greater_than": lambda a, b: a > b,
+    "less_than": lambda a, b: a < b,
+    "greater_or_equal": lambda a, b: a >= b,
+    "less_or_equal": lambda a, b: a <= b,
+}
+
+_INT = re.compile(r"[+-]?\d+", re.ASCII)
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_TIMESTAMP = re.compile(r"\d{4}-\d{2}-\d{2}[T ].+", re.ASCII | re.DOTALL)
+_QUESTIONNAIRE = "questionnaire."
+
+
+class RuleSetResult(msgspec.Struct, kw_only=True):
+    name: str | None
+    matched: bool
+    severity: Severity | None = None
+    reasons: list[str] = []
+    skipped: list[str] = []
+
+
+class QualificationResult(msgspec.Struct, kw_only=True):
+    passed: bool
+    hold_for_review: bool
+    flags: list[str]
+    score: int
+    reason: str | None
+    results: list[RuleSetResult]
+
+
+# ---- facts ------------------------------------------------------------------------------
+
+
+def _absent(value: Any) -> bool:
+    if value is None or value is MISSING:
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, (list, dict)):
+        return not value
+    return False
+
+
+def _walk(node: Any, path: str) -> Any:
+    while isinstance(node, Mapping):
+        if path in node:
+            return node[path]
+        head, dot, path = path.partition(".")
+        if not dot:
+            return MISSING
+        node = node.get(head, MISSING)
+    return MISSING
+
+
+def _answer(questionnaire: Any, key: str) -> Any:
+    if isinstance(questionnaire, Mapping):
+        return questionnaire.get(key, MISSING)
+    if isinstance(questionnaire, list):
+        for entry in questionnaire:
+            if isinstance(entry, Mapping) and entry.get("key") == key:
+                return entry.get("answer", MISSING)
+    return MISSING
+
+
+def _age_from(value: Any, today: date) -> int | None:
+    dob = parse_date(value.strip()) if isinstance(value, str) else None
+    if dob is None or dob > today:
+        return None
+    return age_on(dob, today)
+
+
+def resolve(facts: Mapping[str, Any], path: str | None, today: date) -> Any:
+    """The value at `path` in `facts`, or MISSING (see the module docstring)."""
+    if not path:
+        return MISSING
+    if path == "age":
+        if isinstance(today, datetime):
+            today = today.date()
+        age = _age_from(facts.get("dateOfBirth"), today)
+        return MISSING if age is None else age
+    if path.startswith(_QUESTIONNAIRE):
+        value = _answer(facts.get("questionnaire"), path[len(_QUESTIONNAIRE):])
+    else:
+        value = _walk(facts, path)
+    return MISSING if _absent(value) else value
+
+
+# ---- scalar coercions -------------------------------------------------------------------
+
+
+def _number(x: Any) -> int | float | None:
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, str):
+        s = x.strip()
+        try:
+            if _INT.fullmatch(s):
+                return int(s)
+            if _DECIMAL.fullmatch(s):
+                f = float(s)
+                return f if math.isfinite(f) else None
+        except ValueError:  # int() refuses more than 4300 digits
+            return None
+    return None
+
+
+def _raw_text(x: Any) -> str | None:
+    if isinstance(x, str):
+        return x.strip()
+    if isinstance(x, bool):
+        return "true" if x else "false"
+    if isinstance(x, float):
+        if math.isfinite(x) and x.is_integer() and abs(x) < 1e16:
+            return str(int(x))
+        return repr(x)
+    if isinstance(x, int):
+        try:
+            return str(x)
+        except ValueError:
+            return None
+    return None
+
+
+def _text(x: Any) -> str | None:
+    raw = _raw_text(x)
+    return None if raw is None else raw.casefold()
+
+
+def _key(x: Any) -> int | float | str | None:
+    """Equality key: numbers for numeric values, folded text otherwise, None if incomparable."""
+    number = _number(x)
+    return number if number is not None else _text(x)
+
+
+def _instant(x: Any) -> datetime | None:
+    if not isinstance(x, str):
+        return None
+    s = x.strip()
+    day = parse_date(s)
+    if day is not None:
+        return datetime(day.year, day.month, day.day, tzinfo=UTC)
+    if not _TIMESTAMP.fullmatch(s):
+        return None
+    try:
+        moment = datetime.fromisoformat(s)
+        return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):
+        return None
+
+
+def _ordered(a: Any, b: Any) -> tuple[Any, Any] | None:
+    na, nb = _number(a), _number(b)
+    if na is not None and nb is not None:
+        return na, nb
+    ia, ib = _instant(a), _instant(b)
+    if ia is not None and ib is not None:
+        return ia, ib
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _regex(pattern: str) -> re.Pattern[str] | None:
+    try:
+        return re.compile(pattern, re.IGNORECASE)
+    except (re.error, ValueError, OverflowError, RecursionError):
+        return None
+
+
+@lru_cache(maxsize=256)
+def _key_set(members: tuple[Any, ...], _types: tuple[type, ...]) -> frozenset[Any]:
+    # The types are part of the cache key only: True == 1, yet they fold to "true" and 1.
+    return frozenset(k for k in map(_key, members) if k is not None)
+
+
+def _member_keys(members: Iterable[Any]) -> frozenset[Any] | list[Any]:
+    members = tuple(members)
+    try:
+        return _key_set(members, tuple(map(type, members)))
+    except TypeError:  # unhashable members (nested lists or objects) cannot be cached
+        return [k for k in map(_key, members) if k is not None]
+
+
+# ---- operators --------------------------------------------------------------------------
+
+
+def _any(fact: Any, predicate: Callable[[Any], bool]) -> bool:
+    if isinstance(fact, list):
+        return any(predicate(item) for item in fact)
+    return predicate(fact)
+
+
+def _between(x: Any, lo: Any, hi: Any) -> bool:
+    low, high = _ordered(x, lo), _ordered(x, hi)
+    return low is not None and high is not None and low[1] <= low[0] and high[0] <= high[1]
+
+
+def _substring_test(fact: Any, values: Sequence[Any], test: Callable[[str, str], bool]) -> bool:
+    needles = [t for t in map(_text, values) if t]
+    if not needles:
+        return False
+
+    def predicate(x: Any) -> bool:
+        text = _text(x)
+        return text is not None and any(test(text, n) for n in needles)
+
+    return _any(fact, predicate)
+
+
+def _regex_test(fact: Any, values: Sequence[Any]) -> bool:
+    patterns = [p for p in (_regex(t) for t in map(_raw_text, values) if t is not None) if p]
+    if not patterns:
+        return False
+
+    def predicate(x: Any) -> bool:
+        text = _raw_text(x)
+        return text is not None and any(p.search(text) for p in patterns)
+
+    return _any(fact, predicate)
+
+
+def _positive(op: str, fact: Any, cond: Condition, values: Sequence[Any],
+              value_sets: Mapping[str, Sequence[Any]]) -> bool:
+    """The positive form of `op` on a present fact."""
+    if op == "equals":
+        keys = [k for k in map(_key, values) if k is not None]
+        return bool(keys) and _any(fact, lambda x: _key(x) in keys)
+    if op == "contains":
+        return _substring_test(fact, values, lambda text, needle: needle in text)
+    if op == "starts_with":
+        return _substring_test(fact, values, str.startswith)
+    if op == "ends_with":
+        return _substring_test(fact, values, str.endswith)
+    if op in _ORDERING:
+        if not values:
+            return False
+        compare, bound = _ORDERING[op], values[0]
+
+        def predicate(x: Any) -> bool:
+            pair = _ordered(x, bound)
+            return pair is not None and compare(*pair)
+
+        return _any(fact, predicate)
+    if op == "between":
+        return len(values) >= 2 and _any(fact, lambda x: _between(x, values[0], values[1]))
+    if op == "exists":
+        return True
+    if op == "in_value_set":
+        members = value_sets.get(cond.value_set_id) if cond.value_set_id else values
+        if not isinstance(members, Iterable) or isinstance(members, (str, bytes, Mapping)):
+            return False
+        keys = _member_keys(members)
+        return _any(fact, lambda x: _key(x) in keys)
+    if op == "matches":
+        return _regex_test(fact, values)
+    return False
+
+
+def _age_fact(cond: Condition, facts: Mapping[str, Any], today: date) -> Any:
+    if not cond.field or cond.field == "age":
+        return resolve(facts, "age", today)
+    value = resolve(facts, cond.field, today)
+    if isinstance(value, str) and parse_date(value.strip()):
+        age = _age_from(value, today.date() if isinstance(today, datetime) else today)
+        return MISSING if age is None else age
+    return value
+
+
+def check_condition(cond: Condition, facts: Mapping[str, Any], *,
+                   value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS,
+                   today: date) -> bool:
+    """Whether a field condition holds; prompt conditions are not decided here."""
+    op = cond.operator
+    values = cond.value or ()
+    if op == "age_between":
+        age = _age_fact(cond, facts, today)
+        if age is MISSING or len(values) < 2:
+            return False
+        lo, hi = _number(values[0]), _number(values[1])
+        return lo is not None and hi is not None and _any(age, lambda x: _between(x, lo, hi))
+    fact = resolve(facts, cond.field, today)
+    negated = op in _NEGATED
+    if fact is MISSING:
+        return negated
+    if op == "not_in_value_set" and cond.value_set_id and cond.value_set_id not in value_sets:
+        return False
+    positive = op[4:] if negated else op
+    return _positive(positive, fact, cond, values, value_sets) != negated
+
+
+# ---- combination ------------------------------------------------------------------------
+
+
+def _outcome(cond: Condition, facts: Mapping[str, Any], value_sets: Mapping[str, Sequence[Any]],
+             today: date, prompt_evaluator: PromptEvaluator | None) -> bool | None:
+    """True, False, or None when the condition is skipped."""
+    if cond.prompt:
+        if prompt_evaluator is None:
+            return None
+        try:
+            verdict = prompt_evaluator(cond, facts)
+        except Exception:  # a failing evaluator plugin must not fail the submission
+            return None
+        return None if verdict is None else bool(verdict)
+    return check_condition(cond, facts, value_sets=value_sets, today=today)
+
+
+def _is_or(logical_operator: str) -> bool:
+    return logical_operator.upper() == "OR"
+
+
+def _combine(is_or: bool, outcomes: Iterable[bool | None]) -> bool | None:
+    """AND/OR over the decided outcomes, short-circuiting; None when every one was skipped."""
+    decided = False
+    for outcome in outcomes:
+        if outcome is None:
+            continue
+        if outcome == is_or:
+            return is_or
+        decided = True
+    return (not is_or) if decided else None
+
+
+def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any], value_sets, today,
+                      prompt_evaluator) -> bool | None:
+    if not sub.conditions:
+        return False
+    return _combine(_is_or(sub.logical_operator),
+                    (_outcome(c, facts, value_sets, today, prompt_evaluator)
+                     for c in sub.conditions))
+
+
+def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[str, Any], *,
+            value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+            prompt_evaluator: PromptEvaluator | None = None) -> bool:
+    """Whether sub-rules combined by `logical_operator` match (routing rules, document conditions)."""
+    return bool(_combine(_is_or(logical_operator),
+                         (_sub_rule_matches(s, facts, value_sets, today, prompt_evaluator)
+                          for s in sub_rules)))
+
+
+def _render(value: Any) -> str:
+    if value is None:
+        return "null"
+    return _raw_text(value) or str(value)
+
+
+def describe(cond: Condition) -> str:
+    """Human-readable condition, e.g. "address.state equals [CA]"."""
+    if cond.prompt:
+        return f'prompt "{cond.prompt}"'
+    field = cond.field or ("age" if cond.operator == "age_between" else "(no field)")
+    if cond.operator in ("exists", "not_exists"):
+        return f"{field} {cond.operator}"
+    if cond.operator in ("in_value_set", "not_in_value_set") and cond.value_set_id:
+        return f"{field} {cond.operator} {cond.value_set_id}"
+    return f"{field} {cond.operator} [{', '.join(map(_render, cond.value or ()))}]"
+
+
+def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any], value_sets,
+              today: date, prompt_evaluator) -> RuleSetResult:
+    skipped: list[str] = []
+    sub_outcomes: list[bool | None] = []
+    contributing: list[Condition] = []
+    for sub in rule_set.sub_rules:
+        if not sub.conditions:
+            sub_outcomes.append(False)
+            continue
+        true_conditions: list[Condition] = []
+        outcomes: list[bool | None] = []
+        for cond in sub.conditions:
+            outcome = _outcome(cond, facts, value_sets, today, prompt_evaluator)
+            outcomes.append(outcome)
+            if outcome is None:
+                skipped.append(describe(cond))
+            elif outcome:
+                true_conditions.append(cond)
+        sub_outcome = _combine(_is_or(sub.logical_operator), outcomes)
+        sub_outcomes.append(sub_outcome)
+        if sub_outcome:
+            contributing.extend(true_conditions)
+    if not _combine(_is_or(rule_set.logical_operator), sub_outcomes):
+        return RuleSetResult(name=name, matched=False, skipped=skipped)
+    rank = max(_SEVERITY_RANK.get(c.max_severity, 2) for c in contributing)
+    return RuleSetResult(name=name, matched=True, severity=_RANKED_SEVERITY[rank],
+                         reasons=[describe(c) for c in contributing], skipped=skipped)
+
+
+def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
+                      value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+                      prompt_evaluator: PromptEvaluator | None = None) -> RuleSetResult:
+    """Evaluate one rule set regardless of its isActive / appliesAt."""
+    return _evaluate(rule_set, rule_set.name, facts, value_sets, today, prompt_evaluator)
+
+
+def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
+            applies_at: str = "ingestion",
+            value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+            prompt_evaluator: PromptEvaluator | None = None) -> QualificationResult:
+    """Qualify facts against the active rule sets that apply at `applies_at`.
+
+    An unnamed rule set is reported as "rule set N" (1-based position in `rule_sets`). The reason
+    names the first disqualifying rule set, else the first one holding for review.
+    """
+    results: list[RuleSetResult] = []
+    flags: list[str] = []
+    failed = 0
+    disqualified: RuleSetResult | None = None
+    review: RuleSetResult | None = None
+    for position, rule_set in enumerate(rule_sets, 1):
+        if not rule_set.is_active or rule_set.applies_at != applies_at:
+            continue
+        result = _evaluate(rule_set, rule_set.name or f"rule set {position}", facts, value_sets,
+                           today, prompt_evaluator)
+        results.append(result)
+        if not result.matched:
+            continue
+        if result.severity == "flag":
+            flags.append(result.name)
+            continue
+        failed += 1
+        if result.severity == "disqualify":
+            disqualified = disqualified or result
+        else:
+            review = review or result
+    score = round(100 * (len(results) - failed) / len(results)) if results else 100
+    if disqualified:
+        reason = f'Disqualified by rule set "{disqualified.name}": {"; ".join(disqualified.reasons)}'
+    elif review:
+        reason = f'Held for review by rule set "{review.name}": {"; ".join(review.reasons)}'
+    else:
+        reason = None
+    return QualificationResult(passed=disqualified is None,
+                               hold_for_review=disqualified is None and review is not None,
+                               flags=flags, score=score, reason=reason, results=results)

@@ -1,0 +1,146 @@
+"""Every failure the API can answer with, and the one place that turns exceptions into the
+envelope `{success: false, error: {code, message, details?}}` (CONTRACT section 1)."""
+
+from __future__ import annotations
+
+import logging
+
+import msgspec
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, NotFoundException
+
+log = logging.getLogger("appliance.api")
+
+JSON = "application/json"
+
+
+class ApiError(Exception):
+    status = 500
+    code = "INTERNAL_ERROR"
+    message = "Internal server error"
+
+    def __init__(self, details: list[str] | None = None, *, message: str | None = None) -> None:
+        super().__init__(self.code)
+        self.details = details
+        if message is not None:
+            self.message = message
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class ValidationFailed(ApiError):
+    status, code, message = 400, "VALIDATION_ERROR", "Invalid input data"
+
+
+class Unauthorized(ApiError):
+    status, code, message = 401, "UNAUTHORIZED", "Authentication required"
+
+
+class Forbidden(ApiError):
+    status, code, message = 403, "FORBIDDEN", "This key is not allowed to do that"
+
+
+class NotFound(ApiError):
+    status, code, message = 404, "NOT_FOUND", "Resource not found"
+
+
+class MethodNotAllowed(ApiError):
+    status, code, message = 405, "METHOD_NOT_ALLOWED", "Method not allowed on this route"
+
+
+class InvalidState(ApiError):
+    status, code, message = 409, "INVALID_STATE", "The resource's state does not allow this"
+
+
+class PayloadTooLarge(ApiError):
+    status, code, message = 413, "PAYLOAD_TOO_LARGE", "Request body is larger than 1 MiB"
+
+
+class UnsupportedMediaType(ApiError):
+    status, code, message = 415, "UNSUPPORTED_MEDIA_TYPE", "Request body must be application/json"
+
+
+class RateLimited(ApiError):
+    status, code, message = 429, "RATE_LIMITED", "Too many requests for this API key"
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__()
+        self.retry_after = retry_after
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+class ProviderError(ApiError):
+    status, code, message = 502, "PROVIDER_ERROR", "The provider refused or could not be reached"
+
+
+ERRORS_BY_STATUS: dict[int, type[ApiError]] = {
+    cls.status: cls
+    for cls in (ValidationFailed, Unauthorized, Forbidden, NotFound, MethodNotAllowed, InvalidState,
+                PayloadTooLarge, UnsupportedMediaType, RateLimited, ProviderError)
+}
+
+
+def error_body(code: str, message: str, details: list[str] | None = None) -> bytes:
+    error: dict = {"code": code, "message": message}
+    if details is not None:
+        error["details"] = details
+    return msgspec.json.encode({"success": False, "error": error})
+
+
+def _respond(error: ApiError) -> Response:
+    return Response(
+        error_body(error.code, error.message, error.details),
+        status_code=error.status,
+        media_type=JSON,
+        headers=error.headers(),
+    )
+
+
+def handle_api_error(_: Request, exc: ApiError) -> Response:
+    return _respond(exc)
+
+
+def handle_http_exception(request: Request, exc: HTTPException) -> Response:
+    """Litestar's own refusals (unknown route, wrong method, body too large, bad JSON)."""
+    if isinstance(exc, NotFoundException):
+        return _respond(NotFound())
+    kind = ERRORS_BY_STATUS.get(exc.status_code)
+    if kind is None or kind is RateLimited:
+        if exc.status_code >= 500:
+            return handle_unexpected(request, exc)
+        return _respond(ValidationFailed([f"request: {exc.detail}"]))
+    if kind is ValidationFailed:
+        return _respond(ValidationFailed([f"body: {exc.detail}"]))
+    return _respond(kind())
+
+
+def handle_unexpected(request: Request, exc: Exception) -> Response:
+    request_id = request.scope.get("state", {}).get("request_id", "-")
+    # Type and place only: an exception's text or a traceback's locals can carry request data or
+    # secrets, and logs must never hold those.
+    log.error("internal error %s at %s on %s %s (request %s)", type(exc).__name__, _where(exc),
+              request.method, request.scope.get("path_template", "?"), request_id)
+    return Response(
+        error_body("INTERNAL_ERROR", f"Internal server error (request {request_id})"),
+        status_code=500,
+        media_type=JSON,
+    )
+
+
+def _where(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    if tb is None:
+        return "?"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}"
+
+
+EXCEPTION_HANDLERS = {
+    ApiError: handle_api_error,
+    HTTPException: handle_http_exception,
+    Exception: handle_unexpected,
+}

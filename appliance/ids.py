@@ -1,0 +1,37 @@
+"""Time-ordered, prefixed identifiers (`lead_01JD...`): sortable as strings, so the newest-first
+lead listing and its cursor are an index range scan on the id itself."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32: no I, L, O, U
+_lock = threading.Lock()
+_last_ms = 0
+_last_rand = 0
+
+
+def _encode(value: int, length: int) -> str:
+    chars = []
+    for _ in range(length):
+        chars.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(chars))
+
+
+def new_id(prefix: str) -> str:
+    """`<prefix>_` + 10 chars of milliseconds + 16 chars of randomness. Within one millisecond the
+    random part is incremented, so ids made by this process never go backwards."""
+    global _last_ms, _last_rand
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms <= _last_ms:
+            now_ms = _last_ms
+            _last_rand += 1
+        else:
+            _last_ms = now_ms
+            _last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
+        rand = _last_rand
+    return f"{prefix}_{_encode(now_ms, 10)}{_encode(rand, 16)}"

@@ -1,0 +1,1 @@
+"""Background work inside the server process: the ticker and (later) the delivery worker."""

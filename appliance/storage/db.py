@@ -1,0 +1,208 @@
+"""SQLite in WAL mode: one writer thread owns the only write connection and commits whatever is
+queued in one transaction (group commit); reads use per-thread connections.
+
+Measured on this machine class (DESIGN.md): group commit keeps `synchronous=FULL` affordable,
+while one commit per request does not."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import apsw
+
+from appliance.storage import migrations
+
+T = TypeVar("T")
+WriteFn = Callable[[apsw.Connection], T]
+
+_MAX_BATCH = 512
+_STOP = object()
+
+
+class StorageError(Exception):
+    """The database could not be opened or written; the message carries no row data."""
+
+
+def _configure(conn: apsw.Connection, synchronous: str) -> None:
+    conn.setbusytimeout(10_000)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute("PRAGMA temp_store=MEMORY")
+    conn.execute("PRAGMA cache_size=-32000")
+
+
+class Database:
+    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+        self.path = Path(path)
+        self.synchronous = synchronous.upper()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._local = threading.local()
+        self._readers: list[apsw.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._writer: threading.Thread | None = None
+        self._write_conn: apsw.Connection | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+
+    def open(self) -> "Database":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            conn = apsw.Connection(str(self.path))
+            _configure(conn, self.synchronous)
+            migrations.apply(conn)
+        except apsw.Error as exc:
+            raise StorageError(f"cannot open database {self.path}: {exc}") from None
+        self._write_conn = conn
+        self._writer = threading.Thread(target=self._write_loop, name="appliance-writer", daemon=True)
+        self._writer.start()
+        return self
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join()
+            self._writer = None
+        if self._write_conn is not None:
+            self._write_conn.execute("PRAGMA optimize")
+            self._write_conn.close()
+            self._write_conn = None
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+        self._local = threading.local()
+
+    def __enter__(self) -> "Database":
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- writes -----------------------------------------------------------------------------
+
+    async def write(self, fn: WriteFn[T]) -> T:
+        """Run `fn(conn)` inside the next group transaction; returns once it is committed."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def done(result: Any, error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(_settle, future, result, error)
+
+        self._queue.put((fn, done))
+        return await future
+
+    def write_sync(self, fn: WriteFn[T]) -> T:
+        """The same for threads without an event loop (CLI, tests, job helpers)."""
+        future: concurrent.futures.Future = concurrent.futures.Future()
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+
+        self._queue.put((fn, done))
+        return future.result()
+
+    def _write_loop(self) -> None:
+        conn = self._write_conn
+        assert conn is not None
+        stopping = False
+        while not stopping:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            batch = [item]
+            while len(batch) < _MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._commit_batch(conn, batch)
+
+    @staticmethod
+    def _commit_batch(conn: apsw.Connection, batch: list) -> None:
+        outcomes: list[tuple[Callable, Any, BaseException | None]] = []
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except apsw.Error as exc:
+            for _, done in batch:
+                done(None, StorageError(f"cannot start a write transaction: {exc}"))
+            return
+        for fn, done in batch:
+            # A savepoint per unit: one failing request rolls back alone, the rest still commit.
+            conn.execute("SAVEPOINT unit")
+            try:
+                result = fn(conn)
+            except BaseException as exc:  # handed to the caller; the writer thread must live on
+                conn.execute("ROLLBACK TO unit")
+                conn.execute("RELEASE unit")
+                outcomes.append((done, None, exc))
+            else:
+                conn.execute("RELEASE unit")
+                outcomes.append((done, result, None))
+        try:
+            conn.execute("COMMIT")
+        except apsw.Error as exc:
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            failure = StorageError(f"commit failed: {exc}")
+            outcomes = [(done, None, error or failure) for done, _, error in outcomes]
+        for done, result, error in outcomes:
+            done(result, error)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def reader(self) -> apsw.Connection:
+        """This thread's read connection (WAL: readers never block the writer)."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = apsw.Connection(str(self.path), flags=apsw.SQLITE_OPEN_READONLY)
+            conn.setbusytimeout(10_000)
+            conn.execute("PRAGMA cache_size=-16000")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    def rows(self, sql: str, params: tuple | dict = ()) -> list[tuple]:
+        return self.reader().execute(sql, params).fetchall()
+
+    def row(self, sql: str, params: tuple | dict = ()) -> tuple | None:
+        for found in self.reader().execute(sql, params):
+            return found
+        return None
+
+    async def read_off_loop(self, fn: Callable[[apsw.Connection], T]) -> T:
+        """Run a longer read (lists, searches) on a worker thread with its own connection."""
+        return await asyncio.to_thread(lambda: fn(self.reader()))
+
+    def backup_to(self, dest: Path) -> None:
+        """SQLite online backup: a consistent copy while the service keeps writing. One step copies
+        every page inside one read transaction, so concurrent commits cannot restart it."""
+        target = apsw.Connection(str(dest))
+        try:
+            with target.backup("main", self.reader(), "main") as backup:
+                backup.step(-1)
+        finally:
+            target.close()
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is None:
+        future.set_result(result)
+    else:
+        future.set_exception(error)

@@ -1,0 +1,135 @@
+"""Schema changes as named Python functions, applied in order at open and recorded by name, so
+running them twice changes nothing. Never edit a released migration: add a new one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+import apsw
+
+Migration = Callable[[apsw.Connection], None]
+MIGRATIONS: list[tuple[str, Migration]] = []
+
+
+def migration(fn: Migration) -> Migration:
+    MIGRATIONS.append((fn.__name__, fn))
+    return fn
+
+
+def apply(conn: apsw.Connection) -> list[str]:
+    """Run the migrations not yet recorded; returns the names applied now."""
+    conn.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+    done = {name for (name,) in conn.execute("SELECT name FROM migrations")}
+    applied = []
+    for name, fn in MIGRATIONS:
+        if name in done:
+            continue
+        with conn:  # one transaction per migration: a failure leaves the earlier ones in place
+            fn(conn)
+            conn.execute(
+                "INSERT INTO migrations(name, applied_at) VALUES (?, ?)",
+                (name, datetime.now(timezone.utc).isoformat()),
+            )
+        applied.append(name)
+    return applied
+
+
+@migration
+def m001_tenants_keys_catalog(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE tenants (
+            tenant_id TEXT PRIMARY KEY,
+            name TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            config_rev INTEGER NOT NULL DEFAULT 0  -- bumped on every config change: caches compare it
+        );
+        CREATE TABLE api_keys (
+            key_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            name TEXT NOT NULL DEFAULT '',
+            kind TEXT NOT NULL CHECK (kind IN ('tenant', 'source')),
+            source_id TEXT,
+            prefix TEXT NOT NULL,
+            key_hash BLOB NOT NULL UNIQUE,
+            created_at TEXT NOT NULL,
+            revoked_at TEXT,
+            last_used_at TEXT
+        );
+        CREATE INDEX api_keys_tenant ON api_keys(tenant_id, created_at);
+        CREATE TABLE campaigns (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            campaign_id TEXT NOT NULL,
+            name TEXT NOT NULL,
+            client_id TEXT,
+            client_name TEXT,
+            offer_id TEXT,
+            offer_name TEXT,
+            active INTEGER NOT NULL,
+            archived_at TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            doc BLOB NOT NULL,         -- the full campaign (secrets removed: they live in secrets)
+            public_doc BLOB NOT NULL,  -- the JSON GET /campaigns returns, encoded once at import
+            PRIMARY KEY (tenant_id, campaign_id)
+        );
+        CREATE TABLE questionnaires (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            questionnaire_id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, questionnaire_id)
+        );
+        CREATE TABLE field_library (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            key TEXT NOT NULL,
+            category TEXT NOT NULL,
+            active INTEGER NOT NULL,
+            label TEXT NOT NULL DEFAULT '',
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, key)
+        );
+        CREATE TABLE value_sets (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            value_set_id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, value_set_id)
+        );
+        CREATE TABLE delivery_endpoints (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            endpoint_id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, endpoint_id)
+        );
+        CREATE TABLE sms_settings (
+            tenant_id TEXT PRIMARY KEY REFERENCES tenants(tenant_id),
+            doc BLOB NOT NULL
+        );
+        CREATE TABLE pixels (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            pixel_id TEXT NOT NULL,
+            platform TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, pixel_id)
+        );
+        CREATE TABLE secrets (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            ref TEXT NOT NULL,      -- what the secret belongs to, e.g. endpoint:<id>:auth.token
+            sealed BLOB NOT NULL,   -- AES-256-GCM envelope (see appliance/crypto.py)
+            updated_at TEXT NOT NULL,
+            PRIMARY KEY (tenant_id, ref)
+        );
+        CREATE TABLE activity_log (
+            id INTEGER PRIMARY KEY,
+            at TEXT NOT NULL,
+            tenant_id TEXT,
+            key_id TEXT,
+            method TEXT NOT NULL,
+            route TEXT NOT NULL,
+            status INTEGER NOT NULL,
+            duration_ms REAL NOT NULL,
+            request_id TEXT NOT NULL
+        );
+        CREATE INDEX activity_log_tenant ON activity_log(tenant_id, id);
+        """
+    )
