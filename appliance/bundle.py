@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import date, datetime, time
 from pathlib import PurePath
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 from msgspec.structs import replace
@@ -24,6 +24,7 @@ from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.model import Model, describe_validation_error, join_path
 
 BundleFormat = Literal["json", "toml"]
+T = TypeVar("T")
 
 
 class TenantBundle(Model):
@@ -53,8 +54,8 @@ def source_key_ref(campaign_id: str, source_id: str) -> str:
     return f"source:{campaign_id}:{source_id}:apiKey"
 
 
-def endpoint_secret_ref(delivery_endpoint_id: str, field: Literal["auth.password", "auth.token"]) -> str:
-    return f"endpoint:{delivery_endpoint_id}:{field}"
+def endpoint_secret_ref(endpoint_id: str, field: Literal["auth.password", "auth.token"]) -> str:
+    return f"endpoint:{endpoint_id}:{field}"
 
 
 def sms_secret_ref(provider_id: str, field: Literal["authToken", "apiKey"]) -> str:
@@ -71,7 +72,7 @@ def format_from_filename(name: str) -> BundleFormat:
         return "json"
     if suffix == ".toml":
         return "toml"
-    raise BundleError([f"bundle: cannot tell the format of {PurePath(name).name!r}; use a .json or .toml file"])
+    raise BundleError([f"bundle: cannot tell the format of {PurePath(name).name!r}; use .json or .toml"])
 
 
 def load_bundle(
@@ -206,15 +207,16 @@ def _describe(exc: msgspec.ValidationError, prefix: str) -> str:
     return f"{join_path(prefix, path)}: {problem}"
 
 
-def _duplicates(entries: Iterable[tuple[str, str, str]]) -> list[str]:
-    """entries: (owner path, id field, id); names each repeat and where the id first appeared."""
+def _duplicates(path: str, items: Sequence[T], field: str, key: Callable[[T], str]) -> list[str]:
+    """One problem per repeated id, naming where the id first appeared."""
     first: dict[str, str] = {}
     problems = []
-    for owner, field, key in entries:
-        if key in first:
-            problems.append(f"{owner}.{field}: duplicate of {first[key]}")
+    for i, item in enumerate(items):
+        owner = f"{path}[{i}]"
+        if key(item) in first:
+            problems.append(f"{owner}.{field}: duplicate of {first[key(item)]}")
         else:
-            first[key] = owner
+            first[key(item)] = owner
     return problems
 
 
@@ -243,7 +245,9 @@ def _campaign_conditions(path: str, c: Campaign) -> Iterator[tuple[str, Conditio
                 f"{path}.ingestion.sources[{i}].costMilestones[{m}].conditions", milestone.conditions
             )
     for m, milestone in enumerate(c.delivery.revenue_milestones):
-        yield from _rule_set_conditions(f"{path}.delivery.revenueMilestones[{m}].conditions", milestone.conditions)
+        yield from _rule_set_conditions(
+            f"{path}.delivery.revenueMilestones[{m}].conditions", milestone.conditions
+        )
 
 
 def _campaign_references(path: str, c: Campaign) -> Iterator[tuple[str, str]]:
@@ -269,32 +273,37 @@ def _cross_check(
     campaigns: frozenset[str],
     questionnaires: frozenset[str] | None,
 ) -> list[str]:
-    problems = _duplicates((f"campaigns[{i}]", "campaignId", c.campaign_id) for i, c in enumerate(bundle.campaigns))
-    problems += _duplicates(
-        (f"questionnaires[{i}]", "questionnaireId", q.questionnaire_id) for i, q in enumerate(bundle.questionnaires)
-    )
+    problems = [
+        *_duplicates("campaigns", bundle.campaigns, "campaignId", lambda c: c.campaign_id),
+        *_duplicates("questionnaires", bundle.questionnaires, "questionnaireId",
+                     lambda q: q.questionnaire_id),
+        *_duplicates("fieldLibrary", bundle.field_library, "key", lambda f: f.key),
+        *_duplicates("valueSets", bundle.value_sets, "valueSetId", lambda v: v.value_set_id),
+        *_duplicates("deliveryEndpoints", bundle.delivery_endpoints, "deliveryEndpointId",
+                     lambda e: e.delivery_endpoint_id),
+        *_duplicates("pixels", bundle.pixels, "pixelId", lambda p: p.pixel_id),
+    ]
     for i, q in enumerate(bundle.questionnaires):
-        problems += _duplicates((f"questionnaires[{i}].questions[{j}]", "key", x.key) for j, x in enumerate(q.questions))
-    problems += _duplicates((f"fieldLibrary[{i}]", "key", f.key) for i, f in enumerate(bundle.field_library))
-    problems += _duplicates((f"valueSets[{i}]", "valueSetId", v.value_set_id) for i, v in enumerate(bundle.value_sets))
-    problems += _duplicates(
-        (f"deliveryEndpoints[{i}]", "deliveryEndpointId", e.delivery_endpoint_id)
-        for i, e in enumerate(bundle.delivery_endpoints)
-    )
-    problems += _duplicates((f"pixels[{i}]", "pixelId", p.pixel_id) for i, p in enumerate(bundle.pixels))
+        problems += _duplicates(f"questionnaires[{i}].questions", q.questions, "key", lambda x: x.key)
 
     for i, c in enumerate(bundle.campaigns):
         path = f"campaigns[{i}]"
-        # A source key is bound to a sourceId; the same source may feed several campaigns.
+        # A source key is bound to a sourceId and the same source may feed several campaigns,
+        # so sourceIds repeat across campaigns but not within one.
         problems += _duplicates(
-            (f"{path}.ingestion.sources[{j}]", "sourceId", s.source_id) for j, s in enumerate(c.ingestion.sources)
+            f"{path}.ingestion.sources", c.ingestion.sources, "sourceId", lambda s: s.source_id
         )
-        if questionnaires is not None and c.questionnaire_id is not None and c.questionnaire_id not in questionnaires:
+        questionnaire_id = c.questionnaire_id
+        if questionnaires is not None and questionnaire_id is not None and questionnaire_id not in questionnaires:
             problems.append(f"{path}.questionnaireId: unknown questionnaire")
         endpoint_id = c.delivery.delivery_endpoint_id
         if endpoint_id is not None and endpoint_id not in endpoints:
             problems.append(f"{path}.delivery.deliveryEndpointId: unknown delivery endpoint")
-        problems += [f"{where}: unknown campaign" for where, code in _campaign_references(path, c) if code not in campaigns]
+        problems += [
+            f"{where}: unknown campaign"
+            for where, code in _campaign_references(path, c)
+            if code not in campaigns
+        ]
         problems += [
             f"{where}.valueSetId: unknown value set"
             for where, condition in _campaign_conditions(path, c)
@@ -303,16 +312,20 @@ def _cross_check(
 
     if bundle.sms is not None:
         sms = bundle.sms
-        problems += _duplicates((f"sms.providers[{i}]", "providerId", p.provider_id) for i, p in enumerate(sms.providers))
-        problems += _duplicates((f"sms.numbers[{i}]", "number", n.number) for i, n in enumerate(sms.numbers))
-        problems += _duplicates((f"sms.agents[{i}]", "agentId", a.agent_id) for i, a in enumerate(sms.agents))
+        problems += _duplicates("sms.providers", sms.providers, "providerId", lambda p: p.provider_id)
+        problems += _duplicates("sms.numbers", sms.numbers, "number", lambda n: n.number)
+        problems += _duplicates("sms.agents", sms.agents, "agentId", lambda a: a.agent_id)
         for i, number in enumerate(sms.numbers):
             problems += [
                 f"sms.numbers[{i}].campaignIds[{j}]: unknown campaign"
                 for j, code in enumerate(number.campaign_ids)
                 if code not in campaigns
             ]
-        problems += [f"sms.campaignProviders.{code}: unknown campaign" for code in sms.campaign_providers if code not in campaigns]
+        problems += [
+            f"sms.campaignProviders.{code}: unknown campaign"
+            for code in sms.campaign_providers
+            if code not in campaigns
+        ]
     return problems
 
 

@@ -370,9 +370,9 @@ def test_duplicate_keys_in_catalog():
             "questionnaires": [{"questionnaireId": "q", "name": "Q", "questions": [
                 {"key": "a", "question": "A?"}, {"key": "a", "question": "A again?"}]}]}
     assert problems_of(data) == [
-        "questionnaires[0].questions[1].key: duplicate of questionnaires[0].questions[0]",
         "fieldLibrary[1].key: duplicate of fieldLibrary[0]",
         "valueSets[1].valueSetId: duplicate of valueSets[0]",
+        "questionnaires[0].questions[1].key: duplicate of questionnaires[0].questions[0]",
     ]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 from litestar import Request, Response, get
-from litestar.params import Parameter
+from litestar.params import QueryParameter
 
 from appliance.api.auth import principal
 from appliance.api.io import ok_raw, query_bool, query_int
@@ -12,18 +14,21 @@ from appliance.api.schemas import CampaignPage
 from appliance.storage.catalog import CampaignFilter, list_campaigns
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 100
+# Declared as optional strings (as the interface lists them) and parsed by us, so a bad value is a
+# VALIDATION_ERROR naming the parameter.
+Query = Annotated[str | None, QueryParameter()]
 
 
 @get("/api/v1/campaigns", operation_id="listCampaigns", sync_to_thread=False, opt={"data": CampaignPage})
 def campaigns_list(
     request: Request,
-    page: str | None = None,
-    limit: str | None = None,
-    active: str | None = None,
-    client_id: str | None = Parameter(query="clientId", default=None),
-    offer_id: str | None = Parameter(query="offerId", default=None),
-    include_archived: str | None = Parameter(query="includeArchived", default=None),
-    search: str | None = None,
+    page: Query = None,
+    limit: Query = None,
+    active: Query = None,
+    client_id: Annotated[str | None, QueryParameter(name="clientId")] = None,
+    offer_id: Annotated[str | None, QueryParameter(name="offerId")] = None,
+    include_archived: Annotated[str | None, QueryParameter(name="includeArchived")] = None,
+    search: Query = None,
 ) -> Response:
     tenant_id = principal(request.scope).tenant_id
     page_no = query_int(request, "page", 1)

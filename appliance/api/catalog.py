@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 from litestar import Request, Response, get
+from litestar.params import PathParameter, QueryParameter
 
 from appliance.api.auth import principal
 from appliance.api.io import ok_raw, query_bool, query_str
@@ -12,6 +15,7 @@ from appliance.domain.catalog import FieldLibraryEntry
 from appliance.errors import NotFound
 from appliance.storage.catalog import QUESTIONNAIRES, get_field, list_docs, list_fields
 
+Query = Annotated[str | None, QueryParameter()]
 CATEGORIES = ("question", "file", "system", "contact", "attribution", "compliance", "flags", "custom")
 
 
@@ -25,7 +29,7 @@ def questionnaires_list(request: Request) -> Response:
 
 @get("/api/v1/field-library", operation_id="listFieldLibrary", sync_to_thread=False, opt={"data": FieldList})
 def field_library_list(
-    request: Request, category: str | None = None, active: str | None = None, search: str | None = None
+    request: Request, category: Query = None, active: Query = None, search: Query = None
 ) -> Response:
     docs = list_fields(
         request.app.state.runtime.db.reader(),
@@ -39,7 +43,7 @@ def field_library_list(
 
 @get("/api/v1/field-library/{key:str}", operation_id="getFieldLibraryEntry", sync_to_thread=False,
      opt={"data": FieldLibraryEntry, "errors": ["NOT_FOUND"]})
-def field_library_get(request: Request, key: str) -> Response:
+def field_library_get(request: Request, key: Annotated[str, PathParameter()]) -> Response:
     doc = get_field(request.app.state.runtime.db.reader(), principal(request.scope).tenant_id, key)
     if doc is None:
         raise NotFound()

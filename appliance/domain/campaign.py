@@ -56,7 +56,7 @@ def check_date(field: str, value: str | None) -> None:
 def check_timezone(field: str, value: str) -> None:
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a tz directory such as "America"
         invalid(field, "unknown time zone")
 
 

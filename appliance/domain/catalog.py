@@ -11,7 +11,9 @@ import msgspec
 from appliance.domain.campaign import check_regex, check_timestamp
 from appliance.model import Model, invalid
 
-FieldCategory = Literal["question", "file", "system", "contact", "attribution", "compliance", "flags", "custom"]
+FieldCategory = Literal[
+    "question", "file", "system", "contact", "attribution", "compliance", "flags", "custom",
+]
 DataType = Literal["string", "number", "integer", "boolean", "date", "email", "phone", "url", "file", "json"]
 
 # Keys are submit body paths (`address.state`, `attribution.gclid`), so dots separate segments.

@@ -14,8 +14,9 @@ from typing import Any
 import phonenumbers
 
 _WHITESPACE = re.compile(r"\s+")
-# A letter starts a name part at the beginning, after a space, a hyphen or an apostrophe.
-_PART_START = re.compile(r"(^|[\s\-'\u2019])(\w)")
+# A letter starts a name part at the beginning, after a space, a hyphen or an apostrophe
+# (U+02BC too: "\u0149".title() yields it, and the result must stay stable).
+_PART_START = re.compile(r"(?<![^\s\-'\u2019\u02bc])\w")
 _PHONE_CHARS = re.compile(r"[0-9+\-\s().]+")
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _MAX_EMAIL = 254
@@ -23,7 +24,7 @@ _MAX_EMAIL = 254
 
 def _title_part(m: re.Match[str]) -> str:
     # str.title() rather than upper(): "ß" becomes "Ss", which lower() maps back to "ss".
-    return m.group(1) + m.group(2).title()
+    return m.group().title()
 
 
 def title_name(s: str) -> str:

@@ -1,0 +1,1 @@
+"""Load and latency benchmarks (not tests). See bench/README.md."""

@@ -1,0 +1,125 @@
+"""The envelope, request ids, authentication, key scope, rate limit and Litestar's own refusals."""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import pytest
+from litestar.testing import TestClient
+
+from appliance import tenancy
+from appliance.app import create_app
+from appliance.config import load_config
+from appliance.runtime import open_runtime
+
+UNAUTHORIZED = {"success": False, "error": {"code": "UNAUTHORIZED", "message": "Authentication required"}}
+
+
+def test_healthz_needs_no_key_and_has_request_id(client):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["data"]["status"] == "ok"
+    assert re.fullmatch(r"req_[0-9a-f]{16}", response.headers["x-request-id"])
+
+
+@pytest.mark.parametrize("headers", [{}, {"X-API-Key": ""}, {"X-API-Key": "lsk_short"},
+                                     {"X-API-Key": "lsk_" + "x" * 38}, {"X-API-Key": "y" * 300}])
+def test_missing_or_unknown_key_is_401(client, tenant, headers):
+    response = client.get("/api/v1/campaigns", headers=headers)
+    assert response.status_code == 401
+    assert response.json() == UNAUTHORIZED
+    assert "x-request-id" in response.headers
+
+
+def test_revoked_key_is_refused_at_once(client, runtime, tenant):
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
+    tenancy.revoke_key(runtime, tenant.key_id)
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
+
+
+@pytest.mark.parametrize("path", ["/api/v1/campaigns", "/api/v1/questionnaires", "/api/v1/field-library",
+                                  "/api/v1/field-library/email"])
+def test_source_key_is_forbidden_outside_submit(client, runtime, tenant, path):
+    source_key = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src").key
+    response = client.get(path, headers={"X-API-Key": source_key})
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "FORBIDDEN"
+
+
+def test_imported_source_key_authenticates_but_is_scoped(client, tenant):
+    response = client.get("/api/v1/campaigns", headers={"X-API-Key": "imported-source-key-A-0123456789"})
+    assert response.status_code == 403
+
+
+def test_unknown_route_is_404_envelope(client, tenant):
+    for headers in ({}, tenant.headers):
+        response = client.get("/api/v1/nothing-here", headers=headers)
+        assert response.status_code == 404
+        assert response.json() == {"success": False, "error": {"code": "NOT_FOUND", "message": "Resource not found"}}
+        assert "x-request-id" in response.headers
+
+
+def test_wrong_method_is_405_envelope(client, tenant):
+    response = client.delete("/api/v1/campaigns", headers=tenant.headers)
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert "x-request-id" in response.headers
+
+
+def test_every_request_gets_a_distinct_request_id(client, tenant):
+    ids = {client.get("/api/v1/campaigns", headers=tenant.headers).headers["x-request-id"] for _ in range(5)}
+    assert len(ids) == 5
+
+
+def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path):
+    config_file = tmp_path / "c.toml"
+    config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n[security]\nrate_limit_per_minute = 3\n')
+    runtime = open_runtime(load_config(config_file))
+    try:
+        tenant_id = tenancy.create_tenant(runtime, "Limited")
+        first = tenancy.create_key(runtime, tenant_id).key
+        second = tenancy.create_key(runtime, tenant_id).key
+        with TestClient(create_app(runtime)) as client:
+            statuses = [client.get("/api/v1/campaigns", headers={"X-API-Key": first}).status_code for _ in range(4)]
+            assert statuses == [200, 200, 200, 429]
+            limited = client.get("/api/v1/campaigns", headers={"X-API-Key": first})
+            assert limited.json()["error"]["code"] == "RATE_LIMITED"
+            assert 1 <= int(limited.headers["retry-after"]) <= 61
+            # the limit is per key: another key of the same tenant still passes
+            assert client.get("/api/v1/campaigns", headers={"X-API-Key": second}).status_code == 200
+    finally:
+        runtime.close()
+
+
+def test_activity_log_and_last_used_are_written_off_the_request_path(client, runtime, tenant):
+    client.get("/api/v1/campaigns", headers=tenant.headers)
+    client.get("/api/v1/nothing", headers=tenant.headers)
+    client.get("/api/v1/campaigns", headers={"X-API-Key": "z" * 40})
+    # The ticker flushes every second; leaving the client's context flushes the rest.
+    client.__exit__(None, None, None)
+    conn = runtime.db.reader()
+    rows = conn.execute("SELECT key_id, method, route, status, duration_ms FROM activity_log ORDER BY id").fetchall()
+    assert (tenant.key_id, "GET", "/api/v1/campaigns", 200) in [r[:4] for r in rows]
+    assert (None, "GET", "(unmatched)", 404) in [r[:4] for r in rows]
+    assert (None, "GET", "/api/v1/campaigns", 401) in [r[:4] for r in rows]
+    assert all(r[4] >= 0 for r in rows)
+    (last_used,) = conn.execute("SELECT last_used_at FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
+    assert last_used is not None and last_used.endswith("Z")
+
+
+def test_openapi_document_describes_envelope_and_errors(client):
+    doc = client.get("/schema/openapi.json").json()
+    operation = doc["paths"]["/api/v1/campaigns"]["get"]
+    assert operation["operationId"] == "listCampaigns"
+    assert set(operation["responses"]) >= {"200", "401", "429", "500"}
+    success = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert success["properties"]["data"]["$ref"] == "#/components/schemas/CampaignPage"
+    assert operation["responses"]["401"]["content"]["application/json"]["schema"]["$ref"] == "#/components/schemas/Error"
+    assert "Retry-After" in operation["responses"]["429"]["headers"]
+    assert {p["name"] for p in operation["parameters"]} >= {"page", "limit", "active", "clientId", "offerId",
+                                                             "includeArchived", "search"}
+    field = doc["paths"]["/api/v1/field-library/{key}"]["get"]
+    assert "404" in field["responses"]
+    assert doc["components"]["securitySchemes"]["apiKey"]["name"] == "X-API-Key"
+    msgspec.json.encode(doc)
