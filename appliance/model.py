@@ -40,6 +40,8 @@ def invalid(field: str, problem: str) -> NoReturn:
 def join_path(path: str, field: str) -> str:
     if not path:
         return field
+    if not field:
+        return path
     if field.startswith("["):
         return path + field
     return f"{path}.{field}"
