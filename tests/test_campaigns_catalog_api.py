@@ -133,3 +133,21 @@ def test_field_library_get_one_and_missing(client, tenant):
     missing = client.get("/api/v1/field-library/nope", headers=tenant.headers)
     assert missing.status_code == 404
     assert missing.json() == {"success": False, "error": {"code": "NOT_FOUND", "message": "Resource not found"}}
+
+
+def test_tenant_isolation_on_every_catalog_route(client, runtime, tenant, other_tenant):
+    from appliance import tenancy
+    import msgspec
+
+    tenancy.import_bundle(runtime, other_tenant.tenant_id, msgspec.json.encode({
+        "fieldLibrary": [{"key": "other_secret_field", "label": "Only theirs", "category": "custom"}]}), "json")
+    mine = data(client.get("/api/v1/campaigns?includeArchived=true", headers=tenant.headers))
+    theirs = data(client.get("/api/v1/campaigns?includeArchived=true", headers=other_tenant.headers))
+    assert {c["campaignId"] for c in mine["campaigns"]} == {"AC01", "AC02", "AC03"}
+    assert {c["campaignId"] for c in theirs["campaigns"]} == {"OC01", "OC02", "OC03"}
+    assert data(client.get("/api/v1/campaigns?search=OC0", headers=tenant.headers))["campaigns"] == []
+    assert [q["questionnaireId"] for q in data(client.get("/api/v1/questionnaires", headers=tenant.headers))["questionnaires"]] == ["A-q1"]
+    keys = {f["key"] for f in data(client.get("/api/v1/field-library", headers=tenant.headers))["fields"]}
+    assert "other_secret_field" not in keys
+    assert client.get("/api/v1/field-library/other_secret_field", headers=tenant.headers).status_code == 404
+    assert client.get("/api/v1/field-library/other_secret_field", headers=other_tenant.headers).status_code == 200

@@ -7,11 +7,11 @@ from datetime import date
 from typing import Any
 
 from appliance.domain.campaign import RoutingRule
-from appliance.domain.rules import PromptEvaluator, matches
+from appliance.domain.rules import PromptEvaluator, ValueSets, matches
 
 
 def choose_route(routing_rules: Sequence[RoutingRule], facts: Mapping[str, Any], *,
-                 value_sets: Mapping[str, Sequence[Any]], today: date,
+                 value_sets: ValueSets, today: date,
                  prompt_evaluator: PromptEvaluator | None = None) -> RoutingRule | None:
     """The first active rule, by ascending priority, whose sub-rules match the facts.
 

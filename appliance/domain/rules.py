@@ -56,15 +56,13 @@ class _Missing:
     def __repr__(self) -> str:
         return "MISSING"
 
-    def __bool__(self) -> bool:
-        return False
-
 
 MISSING: Final = _Missing()
 
 PromptEvaluator = Callable[[Condition, dict], "bool | None"]
+ValueSets = Mapping[str, Iterable[Any]]
 
-_NO_VALUE_SETS: Mapping[str, Sequence[Any]] = MappingProxyType({})
+_NO_VALUE_SETS: ValueSets = MappingProxyType({})
 _SEVERITY_RANK: Final = {"flag": 0, "review": 1, "disqualify": 2}
 _RANKED_SEVERITY: Final = ("flag", "review", "disqualify")
 _NEGATED: Final = frozenset({"not_equals", "not_contains", "not_in_value_set", "not_exists"})
@@ -246,7 +244,23 @@ def _key_set(members: tuple[Any, ...], _types: tuple[type, ...]) -> frozenset[An
     return frozenset(k for k in map(_key, members) if k is not None)
 
 
+class ValueSetKeys(frozenset):
+    """A value set already folded to its comparison keys (see `prepare_value_sets`)."""
+
+
+def prepare_value_sets(value_sets: ValueSets) -> dict[str, ValueSetKeys]:
+    """Fold every value set to its comparison keys once, e.g. when campaign config is loaded.
+
+    Passing the result as `value_sets` makes a set lookup one hash probe; raw sets work too but
+    are re-read (and hashed for the cache) on every evaluation.
+    """
+    return {name: ValueSetKeys(k for k in map(_key, members) if k is not None)
+            for name, members in value_sets.items()}
+
+
 def _member_keys(members: Iterable[Any]) -> frozenset[Any] | list[Any]:
+    if isinstance(members, ValueSetKeys):
+        return members
     members = tuple(members)
     try:
         return _key_set(members, tuple(map(type, members)))
@@ -293,7 +307,7 @@ def _regex_test(fact: Any, values: Sequence[Any]) -> bool:
 
 
 def _positive(op: str, fact: Any, cond: Condition, values: Sequence[Any],
-              value_sets: Mapping[str, Sequence[Any]]) -> bool:
+              value_sets: ValueSets) -> bool:
     """The positive form of `op` on a present fact."""
     if op == "equals":
         keys = [k for k in map(_key, values) if k is not None]
@@ -340,8 +354,8 @@ def _age_fact(cond: Condition, facts: Mapping[str, Any], today: date) -> Any:
 
 
 def check_condition(cond: Condition, facts: Mapping[str, Any], *,
-                   value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS,
-                   today: date) -> bool:
+                    value_sets: ValueSets = _NO_VALUE_SETS,
+                    today: date) -> bool:
     """Whether a field condition holds; prompt conditions are not decided here."""
     op = cond.operator
     values = cond.value or ()
@@ -364,7 +378,7 @@ def check_condition(cond: Condition, facts: Mapping[str, Any], *,
 # ---- combination ------------------------------------------------------------------------
 
 
-def _outcome(cond: Condition, facts: Mapping[str, Any], value_sets: Mapping[str, Sequence[Any]],
+def _outcome(cond: Condition, facts: Mapping[str, Any], value_sets: ValueSets,
              today: date, prompt_evaluator: PromptEvaluator | None) -> bool | None:
     """True, False, or None when the condition is skipped."""
     if cond.prompt:
@@ -394,8 +408,9 @@ def _combine(is_or: bool, outcomes: Iterable[bool | None]) -> bool | None:
     return (not is_or) if decided else None
 
 
-def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any], value_sets, today,
-                      prompt_evaluator) -> bool | None:
+def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any],
+                      value_sets: ValueSets, today: date,
+                      prompt_evaluator: PromptEvaluator | None) -> bool | None:
     if not sub.conditions:
         return False
     return _combine(_is_or(sub.logical_operator),
@@ -404,9 +419,10 @@ def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any], value_sets, today,
 
 
 def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[str, Any], *,
-            value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+            value_sets: ValueSets = _NO_VALUE_SETS, today: date,
             prompt_evaluator: PromptEvaluator | None = None) -> bool:
-    """Whether sub-rules combined by `logical_operator` match (routing rules, document conditions)."""
+    """Whether the sub-rules combined by `logical_operator` match (routing rules share the
+    shape of a rule set); the same skipping rules apply, with no severities."""
     return bool(_combine(_is_or(logical_operator),
                          (_sub_rule_matches(s, facts, value_sets, today, prompt_evaluator)
                           for s in sub_rules)))
@@ -430,8 +446,9 @@ def describe(cond: Condition) -> str:
     return f"{field} {cond.operator} [{', '.join(map(_render, cond.value or ()))}]"
 
 
-def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any], value_sets,
-              today: date, prompt_evaluator) -> RuleSetResult:
+def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any],
+              value_sets: ValueSets, today: date,
+              prompt_evaluator: PromptEvaluator | None) -> RuleSetResult:
     skipped: list[str] = []
     sub_outcomes: list[bool | None] = []
     contributing: list[Condition] = []
@@ -460,7 +477,7 @@ def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any], val
 
 
 def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
-                      value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+                      value_sets: ValueSets = _NO_VALUE_SETS, today: date,
                       prompt_evaluator: PromptEvaluator | None = None) -> RuleSetResult:
     """Evaluate one rule set regardless of its isActive / appliesAt."""
     return _evaluate(rule_set, rule_set.name, facts, value_sets, today, prompt_evaluator)
@@ -468,7 +485,7 @@ def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
 
 def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
             applies_at: str = "ingestion",
-            value_sets: Mapping[str, Sequence[Any]] = _NO_VALUE_SETS, today: date,
+            value_sets: ValueSets = _NO_VALUE_SETS, today: date,
             prompt_evaluator: PromptEvaluator | None = None) -> QualificationResult:
     """Qualify facts against the active rule sets that apply at `applies_at`.
 
@@ -497,12 +514,11 @@ def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
         else:
             review = review or result
     score = round(100 * (len(results) - failed) / len(results)) if results else 100
-    if disqualified:
-        reason = f'Disqualified by rule set "{disqualified.name}": {"; ".join(disqualified.reasons)}'
-    elif review:
-        reason = f'Held for review by rule set "{review.name}": {"; ".join(review.reasons)}'
-    else:
-        reason = None
+    failing = disqualified or review
+    reason = None
+    if failing:
+        verb = "Disqualified by" if failing is disqualified else "Held for review by"
+        reason = f'{verb} rule set "{failing.name}": {"; ".join(failing.reasons)}'
     return QualificationResult(passed=disqualified is None,
                                hold_for_review=disqualified is None and review is not None,
                                flags=flags, score=score, reason=reason, results=results)
