@@ -22,8 +22,9 @@ Semantics decided here:
   midnight UTC, a naive timestamp is UTC), else it is false.
 - A list-valued fact (a multi-select answer) satisfies a positive operator when any element
   does; a nested object never equals or contains anything, but it `exists`.
-- `in_value_set` reads `value_sets[valueSetId]`, or `value` itself when no id is given; an
-  unknown id makes both set operators false (a missing fact still makes `not_in_value_set` true).
+- `in_value_set` reads `value_sets[valueSetId]` (members compare like `equals`; fold them once
+  with `prepare_value_sets`), or `value` itself when no id is given; an unknown id makes both
+  set operators false (a missing fact still makes `not_in_value_set` true).
 - An invalid regex makes `matches` false. No operator raises on any JSON value.
 - A `prompt` condition is decided by the prompt evaluator; with none, a None verdict or an
   evaluator that raises, it is skipped: left out of its sub-rule's AND/OR. A sub-rule with only

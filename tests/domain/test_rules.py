@@ -4,7 +4,7 @@ import pytest
 
 from appliance.domain.campaign import Condition, RuleSet, SubRule
 from appliance.domain.rules import (
-    MISSING, check_condition, evaluate_rule_set, matches, qualify, resolve,
+    MISSING, check_condition, evaluate_rule_set, matches, prepare_value_sets, qualify, resolve,
 )
 
 TODAY = date(2024, 6, 15)
@@ -129,6 +129,16 @@ def test_value_set_members_compare_like_equals():
     assert check(c, {"customFields": {"n": "2.50"}})
     assert check(c, {"customFields": {"n": "TRUE"}})
     assert not check(c, {"customFields": {"n": "3"}})
+
+
+def test_prepared_value_sets_behave_like_raw_ones():
+    prepared = prepare_value_sets(VALUE_SETS)
+    for operator in ("in_value_set", "not_in_value_set"):
+        for set_id, value in (("blocked_states", " ca"), ("blocked_states", "TX"),
+                              ("numbers", "2.5"), ("numbers", "true"), ("numbers", "1.0")):
+            c = cond("customFields.v", operator, value_set_id=set_id)
+            facts = {"customFields": {"v": value}}
+            assert check_condition(c, facts, value_sets=prepared, today=TODAY) == check(c, facts)
 
 
 def test_unknown_value_set_is_false_for_both():
