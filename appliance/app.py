@@ -13,12 +13,13 @@ from litestar import Litestar
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__
-from appliance.api import campaigns, catalog, health, openapi
+from appliance.api import campaigns, catalog, health, leads, openapi
 from appliance.api.auth import RateLimiter, auth_middleware
 from appliance.clock import iso
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.ticker import flush_activity, run_ticker
 from appliance.runtime import Runtime
+from appliance.tenant_settings import SettingsCache
 
 MAX_BODY = 1024 * 1024
 
@@ -75,7 +76,7 @@ def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
             await flush_activity(runtime)
 
     app = ApplianceApp(
-        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES],
+        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
@@ -85,4 +86,5 @@ def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
     )
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
+    app.state.settings = SettingsCache(runtime.db)
     return app

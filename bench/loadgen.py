@@ -191,6 +191,7 @@ class _Run:
         self.first_sent = 0.0
         self.last_done = 0.0
         self.conns: list[_Conn] = []
+        self.tasks: set[asyncio.Task] = set()  # reconnections under way
         self.live = 0
         self.done: asyncio.Future = loop.create_future()
 
@@ -238,7 +239,20 @@ class _Run:
                 await asyncio.sleep(0.01)
             self.conn_finished()
 
-        self.loop.create_task(again())
+        task = self.loop.create_task(again())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def shutdown(self) -> None:
+        self.stopping = True
+        for task in list(self.tasks):
+            task.cancel()
+        if self.tasks:
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+        for conn in self.conns:
+            if conn.transport is not None:
+                conn.transport.abort()
+        await asyncio.sleep(0)  # let the transports close before the loop does
 
     def watchdog(self) -> None:
         now = time.perf_counter()
@@ -317,9 +331,8 @@ class _Conn(asyncio.Protocol):
         if self.finished:
             return
         if self.in_flight and self.state == _UNTIL_CLOSE:
-            self._complete()  # the body ran to the close
-            self.finished = True
-            self.run.reconnect(self)
+            self.keep_alive = False
+            self._complete()  # the body ran to the close; _complete reconnects
             return
         if self.in_flight:
             self.fail("connection_lost")
@@ -514,10 +527,7 @@ async def run_load_async(url: str, *, connections: int = 64, duration: float | N
         await asyncio.wait_for(asyncio.shield(run.done), (duration or max_duration) + timeout + 5)
     except asyncio.TimeoutError:
         run.error("run_timeout")
-    run.stopping = True
-    for c in run.conns:
-        if c.transport is not None:
-            c.transport.abort()
+    await run.shutdown()
     end = run.last_done or time.perf_counter()
     return LoadResult(url=url, connections=connections, elapsed=max(end - (run.first_sent or start), 1e-9),
                       latencies=run.latencies, statuses=run.statuses, errors=run.errors,

@@ -133,3 +133,85 @@ def m001_tenants_keys_catalog(conn: apsw.Connection) -> None:
         CREATE INDEX activity_log_tenant ON activity_log(tenant_id, id);
         """
     )
+
+
+@migration
+def m002_leads_submissions_jobs_ledger(conn: apsw.Connection) -> None:
+    conn.execute(
+        """
+        CREATE TABLE leads (
+            lead_id TEXT PRIMARY KEY,          -- time-ordered: newest-first listing is an id range scan
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            intake_campaign_id TEXT NOT NULL,  -- the campaign it was posted to: the dedupe scope
+            campaign_id TEXT,
+            client_id TEXT,
+            offer_id TEXT,
+            source_id TEXT,
+            status TEXT NOT NULL,
+            email TEXT,
+            phone_e164 TEXT,
+            is_test INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            doc BLOB NOT NULL                  -- the lead record as the API returns it
+        );
+        CREATE INDEX leads_by_tenant ON leads(tenant_id, lead_id);
+        CREATE INDEX leads_by_email ON leads(tenant_id, email, created_at);
+        CREATE INDEX leads_by_phone ON leads(tenant_id, phone_e164, created_at);
+        CREATE INDEX leads_by_status ON leads(tenant_id, status, lead_id);
+        CREATE INDEX leads_by_campaign ON leads(tenant_id, campaign_id, lead_id);
+        -- Names for search; contentless (the names live in leads.doc), keyed by leads.rowid.
+        CREATE VIRTUAL TABLE leads_names USING fts5(
+            name, content='', contentless_delete=1, tokenize='unicode61 remove_diacritics 2'
+        );
+        CREATE TABLE submissions (
+            submission_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            lead_id TEXT NOT NULL REFERENCES leads(lead_id),
+            submission_number INTEGER NOT NULL,
+            campaign_id TEXT,
+            status TEXT NOT NULL,
+            flow_type TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            UNIQUE (lead_id, submission_number)
+        );
+        CREATE TABLE jobs (
+            job_id INTEGER PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            kind TEXT NOT NULL,             -- deliver, evaluate
+            lead_id TEXT NOT NULL,
+            submission_id TEXT NOT NULL,
+            state TEXT NOT NULL,            -- ready, held, running, done, dead, cancelled
+            due_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX jobs_due ON jobs(state, due_at);
+        CREATE INDEX jobs_by_submission ON jobs(submission_id);
+        CREATE TABLE ledger (
+            entry_id INTEGER PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            lead_id TEXT NOT NULL,
+            submission_id TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('cost', 'revenue')),
+            lead_status TEXT NOT NULL,
+            amount REAL NOT NULL,
+            currency TEXT NOT NULL,
+            campaign_id TEXT,
+            source_id TEXT,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX ledger_by_lead ON ledger(tenant_id, lead_id);
+        CREATE TABLE cap_counters (
+            tenant_id TEXT NOT NULL,
+            scope TEXT NOT NULL,         -- e.g. source:<campaignId>:<sourceId>:daily
+            period_start TEXT NOT NULL,  -- UTC start of the counted period; '' for lifetime
+            count INTEGER NOT NULL,
+            PRIMARY KEY (tenant_id, scope, period_start)
+        ) WITHOUT ROWID;
+        """
+    )

@@ -14,6 +14,7 @@ class KeyRecord(NamedTuple):
     tenant_id: str
     kind: str
     source_id: str | None
+    config_rev: int  # the tenant's, read with the key so config caches check freshness for free
 
 
 class KeyListing(NamedTuple):
@@ -74,7 +75,8 @@ def insert_key(
 
 def find_active_key(conn: apsw.Connection, key_hash: bytes) -> KeyRecord | None:
     found = conn.execute(
-        "SELECT key_id, tenant_id, kind, source_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL",
+        "SELECT k.key_id, k.tenant_id, k.kind, k.source_id, t.config_rev FROM api_keys k"
+        " JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.key_hash = ? AND k.revoked_at IS NULL",
         (key_hash,),
     ).fetchone()
     return KeyRecord(*found) if found else None

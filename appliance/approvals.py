@@ -1,0 +1,68 @@
+"""POST /api/v1/leads/{leadId}/approve: the transitions of interface 3 and CONTRACT 4 step 6."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import apsw
+import msgspec
+from msgspec import Meta
+
+from appliance.clock import iso
+from appliance.domain.lead import Approval, ApprovalStatus
+from appliance.domain.pipeline import event
+from appliance.errors import InvalidState, NotFound
+from appliance.model import Model
+from appliance.runtime import Runtime
+from appliance.storage import leads as lead_store
+
+
+class ApproveBody(Model):
+    status: ApprovalStatus
+    reason: Annotated[str, Meta(max_length=2000)] | None = None
+
+
+class ApproveResult(Model):
+    lead_id: str
+    approval: Approval
+
+
+async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str, body: ApproveBody) -> ApproveResult:
+    now = iso(runtime.clock.now())
+
+    def unit(conn: apsw.Connection) -> ApproveResult:
+        lead = lead_store.get_lead(conn, tenant_id, lead_id)
+        if lead is None:
+            raise NotFound()
+        if lead.approval is None:
+            raise InvalidState(["approval: this lead has no approval on record"])
+        current = lead.approval.status
+        if body.status != "pending" and current != "pending":
+            raise InvalidState([f"approval: the decision is already {current}; reset it to pending first"])
+        approval = Approval(status=body.status, campaign_id=lead.approval.campaign_id, decided_at=now,
+                            decided_by=decided_by, reason=body.reason)
+        submission = lead_store.latest_submission(conn, tenant_id, lead_id)
+        status = lead.status
+        if body.status == "approved" and lead.status == "pending_action":
+            status = "qualified"
+        elif body.status == "rejected":
+            status = "rejected"
+        elif body.status == "pending" and lead.status in ("rejected", "qualified", "queued"):
+            status = "pending_action"  # a delivered lead stays delivered
+        if submission is not None:
+            if status != lead.status:
+                lead_store.cancel_open_jobs(conn, submission.submission_id, now)
+            if status == "qualified":
+                lead_store.insert_job(conn, tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
+                                      submission_id=submission.submission_id, due_at=now, now=now)
+            submission = msgspec.structs.replace(
+                submission, status=status if status != lead.status else submission.status, updated_at=now,
+                journey_events=[*submission.journey_events,
+                                event(now, f"approval_{body.status}", body.reason,
+                                      details={"decidedBy": decided_by, "previous": current})])
+            lead_store.update_submission(conn, tenant_id, submission)
+        lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+            lead, status=status, approval=approval, updated_at=now))
+        return ApproveResult(lead_id=lead_id, approval=approval)
+
+    return await runtime.db.write(unit)

@@ -1,0 +1,218 @@
+"""POST /api/v1/leads/submit behind the HTTP layer: everything that needs no earlier data runs
+on the event loop (normalization, routing, qualification); caps and dedupe are decided inside
+the write transaction, where concurrent submits are serialized, so caps are never overrun and a
+burst of identical leads yields exactly one original. A 201 means the lead, its submission, its
+ledger entries and its delivery job are committed together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import apsw
+import msgspec
+
+from appliance.clock import iso
+from appliance.domain import caps as caps_rules
+from appliance.domain.campaign import Campaign, IngestionSource
+from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
+from appliance.domain.lead import JourneyEvent, LeadRecord, QualificationOutcome, RoutingOutcome, Submission
+from appliance.domain.pipeline import (
+    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
+)
+from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
+from appliance.errors import Forbidden, ValidationFailed
+from appliance.ids import new_id
+from appliance.runtime import Runtime
+from appliance.storage import leads as lead_store
+from appliance.storage.tenants import KeyRecord
+from appliance.tenant_settings import TenantSettings
+
+
+class SubmitResult(msgspec.Struct, rename="camel"):
+    lead_id: str
+    submission_id: str
+    status: str
+
+
+@dataclass(frozen=True)
+class CapCheck:
+    scope: str
+    period_start: str
+    cap: int
+    label: str
+
+
+def campaign_timezone(campaign: Campaign) -> str:
+    schedule = campaign.delivery.delivery_schedule
+    return schedule.timezone if schedule else "UTC"
+
+
+def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None, now: datetime) -> list[CapCheck]:
+    if source is None:
+        return []
+    tz = caps_rules.zone(campaign_timezone(tenant_campaign))
+    checks = []
+    for cap in source.caps:
+        if not caps_rules.cap_applies(cap, now, tz):
+            continue
+        start, _ = caps_rules.period_bounds(cap.type, now, tz)
+        checks.append(CapCheck(
+            scope=f"source:{tenant_campaign.campaign_id}:{source.source_id}:{cap.type}",
+            period_start=iso(start) if start else "", cap=cap.cap, label=f"{cap.type} source cap of {cap.cap}"))
+    return checks
+
+
+def _resolve_campaign(settings: TenantSettings, campaign_id: str) -> Campaign:
+    campaign = settings.campaigns.get(campaign_id)
+    if campaign is None:
+        raise ValidationFailed(["campaignId: unknown campaign"])
+    if not usable(campaign):
+        raise ValidationFailed(["campaignId: campaign is inactive or archived"])
+    return campaign
+
+
+def _resolve_source(campaign: Campaign, principal: KeyRecord) -> IngestionSource | None:
+    if principal.kind != "source":
+        return None
+    source = next((s for s in campaign.ingestion.sources if s.source_id == principal.source_id), None)
+    if source is None or not source.active:
+        raise Forbidden(message="This source key may not submit to this campaign")
+    return source
+
+
+async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead) -> SubmitResult:
+    tenant_id = principal.tenant_id
+    intake = _resolve_campaign(settings, body.campaign_id)
+    source = _resolve_source(intake, principal)
+    now_dt = runtime.clock.now()
+    now, today = iso(now_dt), now_dt.date()
+
+    existing = None
+    if body.lead_id is not None:
+        existing = lead_store.get_lead(runtime.db.reader(), tenant_id, body.lead_id)
+        if existing is None:
+            raise ValidationFailed(["leadId: unknown lead"])
+    lead, problems = build_lead(body, lead_id=existing.lead_id if existing else new_id("lead"), existing=existing,
+                                labels=settings.labels, region=runtime.config.defaults.region, now=now)
+    if source is not None:
+        lead = msgspec.structs.replace(lead, source_id=source.source_id)
+    facts = facts_of(lead)
+    problems += field_library_problems(facts, settings.checked_fields, today)
+    if problems:
+        raise ValidationFailed(problems)
+
+    rejected_at_source = attestation_problem(intake, lead.compliance)
+    evaluation = None
+    if rejected_at_source is None and not (source and source.short_circuit_sync_evaluation):
+        evaluation = evaluate(facts, intake, settings.campaigns, source, value_sets=settings.value_sets,
+                              today=today, now=now)
+    dedupe = None if lead.is_test or existing is not None else effective_policy(
+        runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
+    plan = _Plan(
+        tenant_id=tenant_id, lead=lead, facts=facts, intake=intake, source=source, existing=existing is not None,
+        evaluation=evaluation, rejected_at_source=rejected_at_source, caps=source_cap_checks(intake, source, now_dt),
+        dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
+        value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
+    )
+    return await runtime.db.write(plan.commit)
+
+
+@dataclass
+class _Plan:
+    tenant_id: str
+    lead: LeadRecord
+    facts: dict
+    intake: Campaign
+    source: IngestionSource | None
+    existing: bool
+    evaluation: Evaluation | None
+    rejected_at_source: str | None
+    caps: list[CapCheck]
+    dedupe: DedupePolicy | None
+    dedupe_since: str | None
+    value_sets: dict
+    now_dt: datetime
+    now: str
+    submission_id: str
+
+    def commit(self, conn: apsw.Connection) -> SubmitResult:
+        """Runs on the writer thread inside the group transaction."""
+        now, lead = self.now, self.lead
+        events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
+                        {"sourceId": lead.source_id, "resubmission": self.existing})]
+        status, campaign, reason = None, self.intake, self.rejected_at_source
+        if reason is None:
+            for check in self.caps:
+                if lead_store.counter_value(conn, self.tenant_id, check.scope, check.period_start) >= check.cap:
+                    reason = f"{check.label} reached"
+                    break
+        if reason is not None:
+            status = "disqualified"
+            events.append(event(now, "source_check", reason))
+        elif self.dedupe is not None and self.dedupe_since is not None:
+            earlier = lead_store.earlier_leads(conn, self.tenant_id, self.intake.campaign_id, lead.email,
+                                               lead.phone_e164, self.dedupe_since)
+            original = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
+            if original is not None:
+                status, reason = "duplicate", f"duplicate of {original}"
+                events.append(event(now, "dedupe", reason, details={"originalLeadId": original}))
+        if status is None:
+            for check in self.caps:
+                lead_store.add_to_counter(conn, self.tenant_id, check.scope, check.period_start)
+
+        evaluation = self.evaluation if status is None else None
+        qualification = routing = None
+        approval = lead.approval
+        if evaluation is not None:
+            status, campaign = evaluation.status, evaluation.campaign
+            qualification, routing = evaluation.qualification, evaluation.routing
+            events.extend(evaluation.events)
+            if evaluation.approval is not None:
+                approval = evaluation.approval
+        elif status is None:
+            status = "pending"  # the source asked for a quick answer: the job loop evaluates
+            events.append(event(now, "evaluation_deferred", "shortCircuitSyncEvaluation is set on the source"))
+        elif status == "disqualified":
+            qualification = QualificationOutcome(passed=False, score=0, method="source_check", reason=reason,
+                                                 qualified_at=now)
+
+        number = lead.submission_count + 1
+        if self.existing:
+            stored = lead_store.get_lead(conn, self.tenant_id, lead.lead_id)
+            number = (stored.submission_count if stored else lead.submission_count) + 1
+        job_kind = {"qualified": "deliver", "pending": "evaluate"}.get(status)
+        if job_kind == "deliver":
+            events.append(event(now, "delivery_scheduled", None, campaign))
+        client, offer = campaign.client, campaign.offer
+        lead = msgspec.structs.replace(
+            lead, status=status, campaign_id=campaign.campaign_id,
+            client_id=client.client_id if client else None, offer_id=offer.offer_id if offer else None,
+            approval=approval, submission_count=number, updated_at=now,
+        )
+        submission = Submission(
+            submission_id=self.submission_id, lead_id=lead.lead_id, submission_number=number,
+            campaign=snapshot(campaign), status=status, qualification=qualification, routing=routing,
+            result=reason if status in ("disqualified", "duplicate") else (qualification.reason if qualification else None),
+            journey_events=events,
+            first_submission_actions=[{"action": evaluation.intake_action, "at": now}]
+            if evaluation is not None and evaluation.intake_action else [],
+            flow_type="standard", submitted_at=now,
+            qualified_at=qualification.qualified_at if qualification and qualification.passed else None,
+            created_at=now, updated_at=now,
+        )
+        if self.existing:
+            lead_store.update_lead(conn, self.tenant_id, lead, names_changed=True)
+        else:
+            lead_store.insert_lead(conn, self.tenant_id, lead, self.intake.campaign_id)
+        lead_store.insert_submission(conn, self.tenant_id, submission)
+        if job_kind is not None:
+            lead_store.insert_job(conn, tenant_id=self.tenant_id, kind=job_kind, lead_id=lead.lead_id,
+                                  submission_id=submission.submission_id, due_at=now, now=now)
+        if self.source is not None and self.source.cost_milestones:
+            due = milestones_due(self.source.cost_milestones, ("lead_ingested", status), self.facts,
+                                 value_sets=self.value_sets, now=self.now_dt, today=self.now_dt.date())
+            lead_store.insert_ledger(conn, self.tenant_id, lead.lead_id, submission.submission_id, [
+                lead_store.LedgerEntry("cost", m.lead_status, float(m.amount), m.currency, self.intake.campaign_id,
+                                       self.source.source_id) for m in due], now)
+        return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)

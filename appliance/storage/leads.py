@@ -1,0 +1,234 @@
+"""Leads, submissions, delivery jobs, ledger entries and cap counters."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import apsw
+import msgspec
+
+from appliance.domain.lead import LeadRecord, Submission
+
+_encode = msgspec.json.Encoder().encode
+_lead_decoder = msgspec.json.Decoder(LeadRecord)
+_submission_decoder = msgspec.json.Decoder(Submission)
+
+
+def _names(lead: LeadRecord) -> str:
+    return " ".join(part for part in (lead.first_name, lead.last_name) if part)
+
+
+# ---- leads ----------------------------------------------------------------------------------
+
+def insert_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
+    conn.execute(
+        "INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
+        " status, email, phone_e164, is_test, created_at, updated_at, doc)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
+         lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
+         lead.updated_at, _encode(lead)),
+    )
+    names = _names(lead)
+    if names:
+        conn.execute("INSERT INTO leads_names(rowid, name) VALUES (last_insert_rowid(), ?)", (names,))
+
+
+def update_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
+    conn.execute(
+        "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
+        " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
+        (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
+         lead.phone_e164, int(lead.is_test), lead.updated_at, _encode(lead), tenant_id, lead.lead_id),
+    )
+    if names_changed:
+        (rowid,) = conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
+        conn.execute("DELETE FROM leads_names WHERE rowid = ?", (rowid,))
+        if names := _names(lead):
+            conn.execute("INSERT INTO leads_names(rowid, name) VALUES (?, ?)", (rowid, names))
+
+
+def get_lead(conn: apsw.Connection, tenant_id: str, lead_id: str) -> LeadRecord | None:
+    found = conn.execute("SELECT doc FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone()
+    return _lead_decoder.decode(found[0]) if found else None
+
+
+def get_leads(conn: apsw.Connection, tenant_id: str, lead_ids: Sequence[str]) -> list[LeadRecord]:
+    found: list[LeadRecord] = []
+    for start in range(0, len(lead_ids), 500):
+        chunk = lead_ids[start:start + 500]
+        marks = ",".join("?" * len(chunk))
+        found.extend(
+            _lead_decoder.decode(doc) for (doc,) in conn.execute(
+                f"SELECT doc FROM leads WHERE tenant_id = ? AND lead_id IN ({marks})", (tenant_id, *chunk))
+        )
+    return found
+
+
+def earlier_leads(conn: apsw.Connection, tenant_id: str, intake_campaign_id: str, email: str | None,
+                  phone_e164: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
+    """Live (not duplicate, not test) leads posted to the campaign since `since`, sharing the email
+    or the phone: (leadId, email, phoneE164, createdAt), oldest first."""
+    rows: dict[str, tuple] = {}
+    for column, value in (("email", email), ("phone_e164", phone_e164)):
+        if not value:
+            continue
+        for row in conn.execute(
+            f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {column} = ?"
+            " AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate' AND is_test = 0",
+            (tenant_id, value, since, intake_campaign_id),
+        ):
+            rows[row[0]] = row
+    return sorted(rows.values())
+
+
+@dataclass(frozen=True)
+class LeadFilter:
+    campaign_ids: tuple[str, ...] = ()
+    client_ids: tuple[str, ...] = ()
+    offer_ids: tuple[str, ...] = ()
+    status: str | None = None
+    email: str | None = None
+    phone_e164: str | None = None
+    lead_id: str | None = None
+    name_query: str | None = None  # FTS5 query over first and last names
+    after_id: str | None = None    # lower id bound (startDate), inclusive
+    before_id: str | None = None   # upper id bound (endDate or the cursor), exclusive
+
+
+def list_leads(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[bytes]:
+    """Newest first. Ids are time-ordered, so date bounds and the cursor are id bounds."""
+    clauses, params = ["l.tenant_id = ?"], [tenant_id]
+    source = "leads l"
+    for column, values in (("campaign_id", where.campaign_ids), ("client_id", where.client_ids),
+                           ("offer_id", where.offer_ids)):
+        if values:
+            clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
+            params.extend(values)
+    for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
+                          ("lead_id", where.lead_id)):
+        if value is not None:
+            clauses.append(f"l.{column} = ?")
+            params.append(value)
+    if where.after_id is not None:
+        clauses.append("l.lead_id >= ?")
+        params.append(where.after_id)
+    if where.before_id is not None:
+        clauses.append("l.lead_id < ?")
+        params.append(where.before_id)
+    if where.name_query is not None:
+        source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
+        clauses.append("leads_names MATCH ?")
+        params.append(where.name_query)
+    params.append(limit)
+    return [doc for (doc,) in conn.execute(
+        f"SELECT l.doc FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)]
+
+
+# ---- submissions ----------------------------------------------------------------------------
+
+def insert_submission(conn: apsw.Connection, tenant_id: str, submission: Submission) -> None:
+    conn.execute(
+        "INSERT INTO submissions(submission_id, tenant_id, lead_id, submission_number, campaign_id, status,"
+        " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
+         submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
+         submission.updated_at, _encode(submission)),
+    )
+
+
+def update_submission(conn: apsw.Connection, tenant_id: str, submission: Submission) -> None:
+    conn.execute(
+        "UPDATE submissions SET campaign_id = ?, status = ?, flow_type = ?, updated_at = ?, doc = ?"
+        " WHERE submission_id = ? AND tenant_id = ?",
+        (submission.campaign.campaign_id, submission.status, submission.flow_type, submission.updated_at,
+         _encode(submission), submission.submission_id, tenant_id),
+    )
+
+
+def get_submission(conn: apsw.Connection, tenant_id: str, submission_id: str) -> Submission | None:
+    found = conn.execute(
+        "SELECT doc FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+    ).fetchone()
+    return _submission_decoder.decode(found[0]) if found else None
+
+
+def submissions_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[Submission]:
+    return [_submission_decoder.decode(doc) for (doc,) in conn.execute(
+        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+        (lead_id, tenant_id))]
+
+
+def latest_submission(conn: apsw.Connection, tenant_id: str, lead_id: str) -> Submission | None:
+    found = conn.execute(
+        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number DESC LIMIT 1",
+        (lead_id, tenant_id)).fetchone()
+    return _submission_decoder.decode(found[0]) if found else None
+
+
+# ---- jobs, ledger, counters -------------------------------------------------------------------
+
+def insert_job(conn: apsw.Connection, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
+               due_at: str, now: str, state: str = "ready") -> int:
+    conn.execute(
+        "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (tenant_id, kind, lead_id, submission_id, state, due_at, now, now),
+    )
+    return conn.last_insert_rowid()
+
+
+def cancel_open_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int:
+    conn.execute(
+        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ? AND state IN ('ready', 'held')",
+        (now, submission_id),
+    )
+    return conn.changes()
+
+
+def jobs_of(conn: apsw.Connection, submission_id: str) -> list[tuple[str, str, str]]:
+    return conn.execute(
+        "SELECT kind, state, due_at FROM jobs WHERE submission_id = ? ORDER BY job_id", (submission_id,)
+    ).fetchall()
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    kind: str
+    lead_status: str
+    amount: float
+    currency: str
+    campaign_id: str | None
+    source_id: str | None
+
+
+def insert_ledger(conn: apsw.Connection, tenant_id: str, lead_id: str, submission_id: str,
+                  entries: Iterable[LedgerEntry], now: str) -> None:
+    conn.executemany(
+        "INSERT INTO ledger(tenant_id, lead_id, submission_id, kind, lead_status, amount, currency, campaign_id,"
+        " source_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [(tenant_id, lead_id, submission_id, e.kind, e.lead_status, e.amount, e.currency, e.campaign_id,
+          e.source_id, now) for e in entries],
+    )
+
+
+def ledger_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[tuple]:
+    return conn.execute(
+        "SELECT kind, lead_status, amount, currency, campaign_id, source_id FROM ledger"
+        " WHERE tenant_id = ? AND lead_id = ? ORDER BY entry_id", (tenant_id, lead_id)).fetchall()
+
+
+def counter_value(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> int:
+    found = conn.execute(
+        "SELECT count FROM cap_counters WHERE tenant_id = ? AND scope = ? AND period_start = ?",
+        (tenant_id, scope, period_start)).fetchone()
+    return found[0] if found else 0
+
+
+def add_to_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> None:
+    conn.execute(
+        "INSERT INTO cap_counters(tenant_id, scope, period_start, count) VALUES (?, ?, ?, 1)"
+        " ON CONFLICT(tenant_id, scope, period_start) DO UPDATE SET count = count + 1",
+        (tenant_id, scope, period_start),
+    )
