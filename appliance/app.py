@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import AsyncIterator
 
@@ -13,9 +12,10 @@ from litestar import Litestar
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__
-from appliance.api import campaigns, catalog, health, leads, openapi
+from appliance.api import campaigns, catalog, health, leads, openapi, submissions
 from appliance.api.auth import RateLimiter, auth_middleware
 from appliance.clock import iso
+from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.ticker import flush_activity, run_ticker
 from appliance.runtime import Runtime
@@ -32,10 +32,10 @@ class ApplianceApp(Litestar):
             await super().__call__(scope, receive, send)
             return
         started = time.perf_counter()
-        request_id = "req_" + secrets.token_hex(8)
+        rid = request_id()
         state = scope.setdefault("state", {})
-        state["request_id"] = request_id
-        header = (b"x-request-id", request_id.encode())
+        state["request_id"] = rid
+        header = (b"x-request-id", rid.encode())
         status_seen = 500
 
         async def send_with_id(message: Message) -> None:
@@ -58,7 +58,7 @@ class ApplianceApp(Litestar):
                 scope.get("path_template") or "(unmatched)",
                 status_seen,
                 round((time.perf_counter() - started) * 1000, 3),
-                request_id,
+                rid,
             ))
 
 
@@ -76,7 +76,7 @@ def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
             await flush_activity(runtime)
 
     app = ApplianceApp(
-        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES],
+        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,

@@ -12,8 +12,8 @@ class Clock:
 
 def iso(moment: datetime) -> str:
     """The interface's timestamp form: ISO 8601, UTC, milliseconds, `Z`."""
-    moment = moment.astimezone(timezone.utc)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    m = moment.astimezone(timezone.utc)
+    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}.{m.microsecond // 1000:03d}Z"
 
 
 def now_iso(clock: Clock | None = None) -> str:

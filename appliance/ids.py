@@ -4,11 +4,15 @@ lead listing and its cursor are an index range scan on the id itself."""
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32: no I, L, O, U
 _lock = threading.Lock()
+# Seeded once from the OS; ids need uniqueness, not secrecy, and os.urandom per id is a system
+# call that hands the GIL to other threads on the hot path.
+_random = random.Random(os.urandom(32))
 _last_ms = 0
 _last_rand = 0
 
@@ -32,6 +36,11 @@ def new_id(prefix: str) -> str:
             _last_rand += 1
         else:
             _last_ms = now_ms
-            _last_rand = int.from_bytes(os.urandom(10), "big") >> 1  # headroom for increments
+            _last_rand = _random.getrandbits(79)  # 80 bits minus one: headroom for increments
         rand = _last_rand
     return f"{prefix}_{_encode(now_ms, 10)}{_encode(rand, 16)}"
+
+
+def request_id() -> str:
+    """`req_` + 16 hex characters: for correlating a response with the log, not a secret."""
+    return f"req_{_random.getrandbits(64):016x}"

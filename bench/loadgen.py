@@ -652,16 +652,25 @@ def serve_trivial(port: int, body_size: int = 2) -> None:
 
 
 def selftest(duration: float, connections: int, body_size: int, processes: int = 1) -> LoadResult:
+    """Load against serve_trivial in a subprocess. With 2+ CPUs the server is pinned to one and
+    the client to the others, so the figure is the client's ceiling on one core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu = {cpus[0]} if len(cpus) >= 2 else None
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "bench.loadgen", "--trivial-server", str(port),
                                "--body-size", str(body_size)],
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                              preexec_fn=(lambda: os.sched_setaffinity(0, server_cpu)) if server_cpu else None)
+    old = os.sched_getaffinity(0)
     try:
         wait_for_port(port, proc=server)
+        if server_cpu:
+            os.sched_setaffinity(0, set(cpus[1:]))
         url = f"http://127.0.0.1:{port}/"
         run_load(url, connections=connections, duration=1.0, processes=processes)  # warm-up
         return run_load(url, connections=connections, duration=duration, processes=processes)
     finally:
+        os.sched_setaffinity(0, old)
         server.kill()
         server.wait()
 

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime, timedelta, timezone
 from typing import Annotated
 
-from litestar import Request, Response, post
-from litestar.params import PathParameter
+import msgspec
+from litestar import Request, Response, get, patch, post
+from litestar.params import PathParameter, QueryParameter
 
-from appliance import approvals, intake
+from appliance import approvals, intake, lead_updates
 from appliance.api.auth import principal
-from appliance.api.io import ok, read_json
+from appliance.api.io import ok, ok_raw, query_int, query_str, read_json
+from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
+from appliance.domain.normalize import to_e164
 from appliance.domain.submission import SubmitLead
+from appliance.errors import NotFound, ValidationFailed
+from appliance.ids import _encode as encode_base32  # the id alphabet: a date bound is an id bound
+from appliance.model import Model
+from appliance.storage import leads as lead_store
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 
@@ -33,4 +42,160 @@ async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(await approvals.decide(request.app.state.runtime, who.tenant_id, who.key_id, lead_id, body))
 
 
-ROUTES = [submit_lead, approve_lead]
+# ---- GET /api/v1/leads (interface 4.12) --------------------------------------------------------
+
+DEFAULT_LIMIT, MAX_LIMIT = 25, 100
+MAX_LIST_VALUES = 100
+MAX_SEARCH = 200
+MAX_NAME_TOKENS = 8
+Query = Annotated[str | None, QueryParameter()]
+_PHONE_PUNCTUATION = re.compile(r"[\s+\-().]")
+_NAME_TOKEN = re.compile(r"[^\W_]+")
+
+
+class LeadPage(Model):
+    leads: list[LeadRecord]
+    next_cursor: str | None
+    has_more: bool
+
+
+def _id_bound(ms: int) -> str:
+    """The smallest lead id made at epoch millisecond `ms` (ids: 10 base32 chars of ms, then 16 random)."""
+    return "lead_" + encode_base32(max(ms, 0), 10) + "0" * 16
+
+
+def _date_bound(request: Request, name: str, *, end: bool) -> str | None:
+    raw = query_str(request, name)
+    if raw is None:
+        return None
+    parsed = lead_updates.parse_iso(raw)
+    if parsed is None:
+        raise ValidationFailed([f"{name}: must be an ISO 8601 date or timestamp"])
+    moment, bare_date = parsed
+    epoch_ms = (moment - _EPOCH) // timedelta(milliseconds=1)
+    if end:  # inclusive: a date means through the end of that UTC day, a timestamp through its millisecond
+        epoch_ms += 86_400_000 if bare_date else 1
+    return _id_bound(epoch_ms)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _csv(request: Request, name: str) -> tuple[str, ...]:
+    raw = query_str(request, name)
+    if raw is None:
+        return ()
+    values = tuple(dict.fromkeys(v.strip() for v in raw.split(",") if v.strip()))
+    if len(values) > MAX_LIST_VALUES:
+        raise ValidationFailed([f"{name}: at most {MAX_LIST_VALUES} values"])
+    return values
+
+
+def name_query(text: str) -> str | None:
+    """A safe FTS5 query for the words of `text`: each one quoted and prefix-matched, all
+    required (`"jan"* "doe"*`). User text never reaches FTS5 as syntax. None: no words."""
+    tokens = _NAME_TOKEN.findall(text)[:MAX_NAME_TOKENS]
+    return " ".join(f'"{token}"*' for token in tokens) or None
+
+
+def search_filter(text: str, region: str) -> dict[str, str] | None:
+    """LeadFilter fields for `search`; None when nothing can match. `@`: exact email; `lead_`:
+    exact id; 7+ digits once phone punctuation is removed: exact E.164 phone; else names."""
+    if "@" in text:
+        return {"email": text.lower()}
+    if text[:5].lower() == "lead_":
+        return {"lead_id": "lead_" + text[5:].upper()}
+    digits = _PHONE_PUNCTUATION.sub("", text)
+    if len(digits) >= 7 and digits.isascii() and digits.isdigit():
+        phone = to_e164(text, region)
+        return {"phone_e164": phone} if phone else None
+    query = name_query(text)
+    return {"name_query": query} if query else None
+
+
+def _page_json(rows: list[tuple[str, bytes]], limit: int) -> bytes:
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    cursor = msgspec.json.encode(rows[-1][0] if has_more else None)
+    return (b'{"leads":[' + b",".join(doc for _, doc in rows) + b'],"nextCursor":' + cursor
+            + b',"hasMore":' + (b"true" if has_more else b"false") + b"}")
+
+
+@get("/api/v1/leads", operation_id="listLeads", opt={"data": LeadPage})
+async def list_leads(
+    request: Request,
+    cursor: Query = None,
+    limit: Query = None,
+    campaign_ids: Annotated[str | None, QueryParameter(name="campaignIds")] = None,
+    client_ids: Annotated[str | None, QueryParameter(name="clientIds")] = None,
+    offer_ids: Annotated[str | None, QueryParameter(name="offerIds")] = None,
+    status: Query = None,
+    search: Query = None,
+    start_date: Annotated[str | None, QueryParameter(name="startDate")] = None,
+    end_date: Annotated[str | None, QueryParameter(name="endDate")] = None,
+) -> Response:
+    """Newest first, `limit` (default 25, at most 100) per page, `cursor` = leadId of the last
+    item of the previous page. Ids are time-ordered, so the cursor and the dates are id bounds."""
+    tenant_id = principal(request.scope).tenant_id
+    runtime = request.app.state.runtime
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    after_id = _date_bound(request, "startDate", end=False)
+    before_id = _date_bound(request, "endDate", end=True)
+    if after_id is not None and before_id is not None and before_id <= after_id:
+        raise ValidationFailed(["endDate: must not be before startDate"])
+    text = (query_str(request, "search") or "").strip()
+    if len(text) > MAX_SEARCH:
+        raise ValidationFailed([f"search: at most {MAX_SEARCH} characters"])
+    found = search_filter(text, runtime.config.defaults.region) if text else {}
+    after = query_str(request, "cursor")
+    where = lead_store.LeadFilter(
+        campaign_ids=_csv(request, "campaignIds"), client_ids=_csv(request, "clientIds"),
+        offer_ids=_csv(request, "offerIds"), status=query_str(request, "status", choices=LEAD_STATUSES),
+        after_id=after_id, before_id=min(filter(None, (before_id, after))) if before_id or after else None,
+        **(found or {}))
+
+    def read(conn) -> list[tuple[str, bytes]]:
+        if after is not None and not lead_store.lead_exists(conn, tenant_id, after):
+            raise ValidationFailed(["cursor: not a lead id of this tenant (use nextCursor of the previous page)"])
+        if found is None:
+            return []
+        return lead_store.lead_page(conn, tenant_id, where, per_page + 1)
+
+    return ok_raw(_page_json(await runtime.db.read_off_loop(read), per_page))
+
+
+# ---- GET /api/v1/leads/{leadId} ----------------------------------------------------------------
+
+@get("/api/v1/leads/{leadId:str}", operation_id="getLead", sync_to_thread=False,
+     opt={"data": LeadDetail, "errors": ["NOT_FOUND"]})
+def get_lead(request: Request, lead_id: LeadId) -> Response:
+    """The lead record with its submissions, oldest first (CONTRACT 1, 4)."""
+    tenant_id = principal(request.scope).tenant_id
+    conn = request.app.state.runtime.db.reader()
+    doc = lead_store.lead_doc(conn, tenant_id, lead_id)
+    if doc is None:
+        raise NotFound()
+    submissions = lead_store.submission_docs_of(conn, tenant_id, lead_id)
+    return ok_raw(doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}")
+
+
+# ---- PATCH /api/v1/leads/bulk (interface 4.13) -------------------------------------------------
+
+@patch("/api/v1/leads/bulk", operation_id="bulkUpdateLeads", status_code=200,
+       opt={"body": lead_updates.BulkUpdateBody, "data": lead_updates.BulkUpdateResult})
+async def bulk_update_leads(request: Request) -> Response:
+    """See appliance/lead_updates.py for the keys and what a status change does."""
+    who = principal(request.scope)
+    try:
+        body = await read_json(request, lead_updates.BulkUpdateBody)
+    except ValidationFailed as exc:
+        raise ValidationFailed([f"{d} (allowed: {', '.join(lead_updates.BULK_KEYS)})"
+                                if d.startswith("updates.") and d.endswith(": unknown field") else d
+                                for d in exc.details or []]) from None
+    runtime = request.app.state.runtime
+    settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
+    lead_updates.check_bulk(body, settings.checked_fields, runtime.clock.now().date())
+    return ok(await lead_updates.bulk_update(runtime, who.tenant_id, who.key_id, body, settings.labels))
+
+
+ROUTES = [submit_lead, approve_lead, list_leads, get_lead, bulk_update_leads]

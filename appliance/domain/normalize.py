@@ -62,6 +62,8 @@ def to_e164(phone: str, region: str | None) -> str | None:
     if not phonenumbers.is_possible_number(number):
         return None
     formatted = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    if formatted == phone:
+        return formatted
     # Reparsing must be stable so that normalizing a stored phoneE164 never changes it.
     try:
         again = phonenumbers.parse(formatted, None)

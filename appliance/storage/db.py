@@ -89,26 +89,15 @@ class Database:
 
     async def write(self, fn: WriteFn[T]) -> T:
         """Run `fn(conn)` inside the next group transaction; returns once it is committed."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-
-        def done(result: Any, error: BaseException | None) -> None:
-            loop.call_soon_threadsafe(_settle, future, result, error)
-
-        self._queue.put((fn, done))
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put((fn, future))
         return await future
 
     def write_sync(self, fn: WriteFn[T]) -> T:
         """The same for threads without an event loop (CLI, tests, job helpers)."""
         future: concurrent.futures.Future = concurrent.futures.Future()
 
-        def done(result: Any, error: BaseException | None) -> None:
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
-
-        self._queue.put((fn, done))
+        self._queue.put((fn, future))
         return future.result()
 
     def _write_loop(self) -> None:
@@ -133,12 +122,11 @@ class Database:
 
     @staticmethod
     def _commit_batch(conn: apsw.Connection, batch: list) -> None:
-        outcomes: list[tuple[Callable, Any, BaseException | None]] = []
+        outcomes: list[tuple[Any, Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
         except apsw.Error as exc:
-            for _, done in batch:
-                done(None, StorageError(f"cannot start a write transaction: {exc}"))
+            _resolve([(done, None, StorageError(f"cannot start a write transaction: {exc}")) for _, done in batch])
             return
         for fn, done in batch:
             # A savepoint per unit: one failing request rolls back alone, the rest still commit.
@@ -159,8 +147,7 @@ class Database:
                 conn.execute("ROLLBACK")
             failure = StorageError(f"commit failed: {exc}")
             outcomes = [(done, None, error or failure) for done, _, error in outcomes]
-        for done, result, error in outcomes:
-            done(result, error)
+        _resolve(outcomes)
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -199,10 +186,29 @@ class Database:
             target.close()
 
 
-def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.cancelled():
-        return
-    if error is None:
-        future.set_result(result)
-    else:
-        future.set_exception(error)
+def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
+    """Hand results back: one wake-up per event loop for the whole batch (each wake-up is a
+    system call and a GIL hand-over), plain futures for threads without a loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list] = {}
+    for future, result, error in outcomes:
+        if isinstance(future, asyncio.Future):
+            by_loop.setdefault(future.get_loop(), []).append((future, result, error))
+        elif error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+    for loop, settled in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, settled)
+        except RuntimeError:  # that loop has closed: nobody waits for these results any more
+            pass
+
+
+def _settle_all(settled: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
+    for future, result, error in settled:
+        if future.cancelled():
+            continue
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)

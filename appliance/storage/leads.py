@@ -232,3 +232,89 @@ def add_to_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_sta
         " ON CONFLICT(tenant_id, scope, period_start) DO UPDATE SET count = count + 1",
         (tenant_id, scope, period_start),
     )
+
+
+# ---- reads for the leads and submissions API (documents spliced into responses as stored) -----
+
+def lead_exists(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone() is not None
+
+
+_LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_client", "offer_id": "leads_by_offer"}
+
+
+def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
+    """`list_leads` with each document's lead id: (leadId, doc), newest first.
+
+    Plans that stay good without planner statistics: a name search walks the FTS matches (every
+    tenant's) joined to leads; email and phone use their index by name; several campaign, client
+    or offer ids become one ordered index walk per id, each stopping at `limit`, merged."""
+    clauses, params = ["l.tenant_id = ?"], [tenant_id]
+    source = "leads l"
+    lists = {"campaign_id": where.campaign_ids, "client_id": where.client_ids, "offer_id": where.offer_ids}
+    exact = where.name_query is not None or where.email is not None or where.phone_e164 is not None \
+        or where.lead_id is not None
+    driver = None if exact else next((c for c, values in lists.items() if len(values) > 1), None)
+    for column, values in lists.items():
+        if values and column != driver:
+            clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
+            params.extend(values)
+    for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
+                          ("lead_id", where.lead_id)):
+        if value is not None:
+            clauses.append(f"l.{column} = ?")
+            params.append(value)
+    if where.after_id is not None:
+        clauses.append("l.lead_id >= ?")
+        params.append(where.after_id)
+    if where.before_id is not None:
+        clauses.append("l.lead_id < ?")
+        params.append(where.before_id)
+    if where.name_query is not None:
+        source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
+        clauses.append("leads_names MATCH ?")
+        params.append(where.name_query)
+    elif where.email is not None:
+        # Without planner statistics (a new database, or a connection opened before the last
+        # ANALYZE) SQLite walks leads_by_tenant to skip the sort: every lead of the tenant.
+        source = "leads l INDEXED BY leads_by_email"
+    elif where.phone_e164 is not None:
+        source = "leads l INDEXED BY leads_by_phone"
+    if driver is not None:
+        arm = (f"SELECT * FROM (SELECT l.lead_id, l.doc FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
+               f" WHERE {' AND '.join(clauses)} AND l.{driver} = ? ORDER BY l.lead_id DESC LIMIT ?)")
+        values = lists[driver]
+        arm_params: list = []
+        for value in values:
+            arm_params += [*params, value, limit]
+        return conn.execute(" UNION ALL ".join([arm] * len(values)) + " ORDER BY 1 DESC LIMIT ?",
+                            [*arm_params, limit]).fetchall()
+    params.append(limit)
+    return conn.execute(
+        f"SELECT l.lead_id, l.doc FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?",
+        params).fetchall()
+
+
+def lead_doc(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bytes | None:
+    found = conn.execute("SELECT doc FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone()
+    return found[0] if found else None
+
+
+def submission_docs_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[bytes]:
+    return [doc for (doc,) in conn.execute(
+        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+        (lead_id, tenant_id))]
+
+
+def submission_doc(conn: apsw.Connection, tenant_id: str, submission_id: str) -> bytes | None:
+    found = conn.execute(
+        "SELECT doc FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+    ).fetchone()
+    return found[0] if found else None
+
+
+def latest_submission_number(conn: apsw.Connection, tenant_id: str, lead_id: str) -> int | None:
+    found = conn.execute(
+        "SELECT max(submission_number) FROM submissions WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)
+    ).fetchone()
+    return found[0] if found else None

@@ -1,0 +1,39 @@
+"""GET and PATCH /api/v1/submissions/{submissionId} (interface 4.2; GET is CONTRACT 1's addition)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Request, Response, get, patch
+from litestar.params import PathParameter
+
+from appliance import lead_updates
+from appliance.api.auth import principal
+from appliance.api.io import ok, ok_raw, read_json
+from appliance.domain.lead import Submission
+from appliance.errors import NotFound
+from appliance.storage import leads as lead_store
+
+SubmissionId = Annotated[str, PathParameter(name="submissionId")]
+
+
+@get("/api/v1/submissions/{submissionId:str}", operation_id="getSubmission", sync_to_thread=False,
+     opt={"data": Submission, "errors": ["NOT_FOUND"]})
+def get_submission(request: Request, submission_id: SubmissionId) -> Response:
+    doc = lead_store.submission_doc(request.app.state.runtime.db.reader(), principal(request.scope).tenant_id,
+                                    submission_id)
+    if doc is None:
+        raise NotFound()
+    return ok_raw(doc)
+
+
+@patch("/api/v1/submissions/{submissionId:str}", operation_id="updateSubmission", status_code=200,
+       opt={"body": lead_updates.SubmissionPatch, "data": Submission, "errors": ["NOT_FOUND"]})
+async def update_submission(request: Request, submission_id: SubmissionId) -> Response:
+    """Merge patch; journeyEvents and firstSubmissionActions are appended (see lead_updates)."""
+    who = principal(request.scope)
+    body = await read_json(request, lead_updates.SubmissionPatch)
+    return ok(await lead_updates.patch_submission(request.app.state.runtime, who.tenant_id, submission_id, body))
+
+
+ROUTES = [get_submission, update_submission]

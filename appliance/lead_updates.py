@@ -1,0 +1,323 @@
+"""Changes made to stored leads and submissions by callers: PATCH /api/v1/submissions/{id}
+(interface 4.2) and PATCH /api/v1/leads/bulk (interface 4.13, CONTRACT 4 "Bulk update keys").
+Each request is one write unit on the writer thread; everything that needs no stored data
+(shapes, timestamps, zones, field library rules) is checked before it is queued.
+
+Decisions (the interface leaves them open):
+
+- PATCH submission is a merge patch. `qualification`, `routing`, `posting`, `delivery` and
+  `responseFields` are merged key by key into the stored objects (a key given as null clears a
+  nullable value); `journeyEvents` and `firstSubmissionActions` are appended, never replacing
+  history (an event without `timestamp` gets the time of the request). Every timestamp accepts
+  an ISO 8601 string or epoch milliseconds and is stored as `2026-11-21T09:30:00.123Z`.
+  An empty body changes nothing (not even `updatedAt`).
+- A status change follows through: when the patched submission is the lead's latest, the lead
+  takes its status; a bulk status change sets the lead's status and its latest submission's
+  (with a `status_changed` journey event naming the key that made it).
+- Open delivery/evaluation jobs of the submission are cancelled when its status moves to one
+  the job loop does not work on (anything but `pending`, `qualified` and `queued`): a lead
+  marked delivered, failed, rejected, error... by hand must not be sent by a job still
+  queued for it. A change to `qualified` (or any other) never creates a job: re-sending a lead
+  is what repost and deliver are for.
+- Bulk update: `modifiedCount` counts the distinct leads of the caller's tenant that were found
+  and updated (`updatedAt` moves on each); unknown ids and other tenants' ids are not counted
+  and nothing of theirs changes. `questionnaire` takes the object form `{key: answer}` merged by
+  key into the stored array (a new key's question is its field library label); `customFields`
+  is merged; `notes` and `timezone` may be null to clear them. Milestone ledger entries are
+  not written by these edits (they belong to the pipeline's own transitions).
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from typing import Annotated, Any
+
+import apsw
+import msgspec
+from msgspec import UNSET, Meta, UnsetType
+
+from appliance.clock import iso
+from appliance.domain.catalog import FieldLibraryEntry
+from appliance.domain.lead import (
+    AlternativeCampaign, DeliveryOutcome, FlowType, JourneyEvent, LeadRecord, LeadStatus, PostingOutcome,
+    QualificationOutcome, QuestionAnswer, RoutingMethod, RoutingOutcome, Submission,
+)
+from appliance.domain.pipeline import event
+from appliance.domain.submission import field_library_problems, valid_zone
+from appliance.errors import NotFound, ValidationFailed
+from appliance.model import Model
+from appliance.runtime import Runtime
+from appliance.storage import leads as lead_store
+
+# Statuses whose work the job loop still does: their open jobs stay; any other status cancels them.
+JOB_STATUSES = frozenset({"pending", "qualified", "queued"})
+MAX_BULK_IDS = 1000
+MAX_EVENTS_PER_PATCH = 200
+_MAX_EPOCH_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+Text = Annotated[str, Meta(max_length=2000)]
+Stamp = str | int | float  # ISO 8601 string or epoch milliseconds
+
+
+# ---- timestamps -----------------------------------------------------------------------------
+
+def parse_iso(text: str) -> tuple[datetime, bool] | None:
+    """(moment in UTC, written as a bare date) for an ISO 8601 date or timestamp, else None.
+    A timestamp without an offset is UTC."""
+    text = text.strip()
+    if not text or len(text) > 64:
+        return None
+    try:
+        if len(text) == 10 and text[4] == "-":
+            day = date.fromisoformat(text)
+            return datetime(day.year, day.month, day.day, tzinfo=timezone.utc), True
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
+    except ValueError:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    try:
+        return moment.astimezone(timezone.utc), False
+    except (OverflowError, ValueError):
+        return None
+
+
+def stamp_to_iso(value: Stamp, path: str, problems: list[str]) -> str | None:
+    """The stored form of a timestamp given as ISO 8601 text or epoch milliseconds."""
+    if isinstance(value, str):
+        parsed = parse_iso(value)
+        if parsed is None:
+            problems.append(f"{path}: must be an ISO 8601 timestamp or epoch milliseconds")
+            return None
+        return iso(parsed[0])
+    if not 0 <= value <= _MAX_EPOCH_MS:
+        problems.append(f"{path}: epoch milliseconds out of range")
+        return None
+    return iso(datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=int(value)))
+
+
+# ---- PATCH /api/v1/submissions/{submissionId} -------------------------------------------------
+
+class QualificationPatch(Model):
+    passed: bool | None | UnsetType = UNSET
+    original_campaign_qualified: bool | None | UnsetType = UNSET
+    score: int | float | None | UnsetType = UNSET
+    method: Text | None | UnsetType = UNSET
+    reason: Text | None | UnsetType = UNSET
+    qualified_at: Stamp | None | UnsetType = UNSET
+
+
+class RoutingPatch(Model):
+    was_routed: bool | None | UnsetType = UNSET
+    original_campaign_id: Text | None | UnsetType = UNSET
+    routed_to_campaign_id: Text | None | UnsetType = UNSET
+    routing_reason: Text | None | UnsetType = UNSET
+    routing_method: RoutingMethod | None | UnsetType = UNSET
+    routing_rule_name: Text | None | UnsetType = UNSET
+    alternative_campaigns: Annotated[list[AlternativeCampaign], Meta(max_length=100)] | UnsetType = UNSET
+    routing_evaluated_at: Stamp | None | UnsetType = UNSET
+
+
+class PostingPatch(Model):
+    success: bool | None | UnsetType = UNSET
+    client_lead_id: Text | None | UnsetType = UNSET
+    status_code: int | None | UnsetType = UNSET
+    posted_at: Stamp | None | UnsetType = UNSET
+
+
+class DeliveryPatch(Model):
+    success: bool | None | UnsetType = UNSET
+    client_lead_id: Text | None | UnsetType = UNSET
+    status_code: int | None | UnsetType = UNSET
+    response_message: Annotated[str, Meta(max_length=10_000)] | None | UnsetType = UNSET
+    url: Text | None | UnsetType = UNSET
+    method: Annotated[str, Meta(max_length=16)] | None | UnsetType = UNSET
+    body_format: Annotated[str, Meta(max_length=32)] | None | UnsetType = UNSET
+    delivered_at: Stamp | None | UnsetType = UNSET
+
+
+class SubmissionPatch(Model):
+    """PATCH /api/v1/submissions/{submissionId} (interface 4.2): every field optional."""
+
+    status: LeadStatus | UnsetType = UNSET
+    qualification: QualificationPatch | UnsetType = UNSET
+    routing: RoutingPatch | UnsetType = UNSET
+    posting: PostingPatch | UnsetType = UNSET
+    delivery: DeliveryPatch | UnsetType = UNSET
+    result: Annotated[str, Meta(max_length=10_000)] | None | UnsetType = UNSET
+    client_lead_id: Text | None | UnsetType = UNSET
+    response_fields: Annotated[dict[str, Annotated[str, Meta(max_length=10_000)]], Meta(max_length=200)] | UnsetType = UNSET
+    journey_events: Annotated[list[JourneyEvent], Meta(max_length=MAX_EVENTS_PER_PATCH)] | UnsetType = UNSET
+    first_submission_actions: Annotated[list[Any], Meta(max_length=100)] | UnsetType = UNSET
+    flow_type: FlowType | UnsetType = UNSET
+    qualified_at: Stamp | None | UnsetType = UNSET
+    posted_at: Stamp | None | UnsetType = UNSET
+
+
+_STAMP_FIELDS = frozenset({"qualified_at", "posted_at", "routing_evaluated_at", "delivered_at"})
+
+
+def _given(patch: msgspec.Struct) -> dict[str, Any]:
+    return {name: value for name in patch.__struct_fields__ if (value := getattr(patch, name)) is not UNSET}
+
+
+def _normalized(patch: msgspec.Struct, path: str, problems: list[str]) -> dict[str, Any]:
+    """The fields given in `patch`, timestamps in their stored form."""
+    fields = _given(patch)
+    wire = dict(zip(patch.__struct_fields__, patch.__struct_encode_fields__))
+    for name in _STAMP_FIELDS.intersection(fields):
+        if fields[name] is not None:
+            fields[name] = stamp_to_iso(fields[name], f"{path}{wire[name]}", problems)
+    return fields
+
+
+def _events(given: list[JourneyEvent], now: str, problems: list[str]) -> list[JourneyEvent]:
+    out = []
+    for index, item in enumerate(given):
+        stamp = now if item.timestamp is None else stamp_to_iso(item.timestamp, f"journeyEvents[{index}].timestamp",
+                                                                 problems)
+        out.append(msgspec.structs.replace(item, timestamp=stamp))
+    return out
+
+
+async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str, body: SubmissionPatch) -> Submission:
+    now = iso(runtime.clock.now())
+    problems: list[str] = []
+    changes = _normalized(body, "", problems)
+    nested: dict[str, dict[str, Any]] = {}
+    for name in ("qualification", "routing", "posting", "delivery"):
+        if name in changes:
+            nested[name] = _normalized(changes.pop(name), f"{name}.", problems)
+    events = _events(changes.pop("journey_events", []), now, problems)
+    actions = changes.pop("first_submission_actions", [])
+    fields = changes.pop("response_fields", None)
+    if problems:
+        raise ValidationFailed(problems)
+    empty = not (changes or nested or events or actions or fields is not None)
+    kinds = {"qualification": QualificationOutcome, "routing": RoutingOutcome, "posting": PostingOutcome,
+             "delivery": DeliveryOutcome}
+
+    def unit(conn: apsw.Connection) -> Submission:
+        stored = lead_store.get_submission(conn, tenant_id, submission_id)
+        if stored is None:
+            raise NotFound()
+        if empty:
+            return stored
+        merged = dict(changes)
+        for name, given in nested.items():
+            merged[name] = msgspec.structs.replace(getattr(stored, name) or kinds[name](), **given)
+        if fields is not None:
+            merged["response_fields"] = {**stored.response_fields, **fields}
+        if events:
+            merged["journey_events"] = [*stored.journey_events, *events]
+        if actions:
+            merged["first_submission_actions"] = [*stored.first_submission_actions, *actions]
+        submission = msgspec.structs.replace(stored, **merged, updated_at=now)
+        lead_store.update_submission(conn, tenant_id, submission)
+        if submission.status != stored.status:
+            if submission.status not in JOB_STATUSES:
+                lead_store.cancel_open_jobs(conn, submission_id, now)
+            latest = lead_store.latest_submission_number(conn, tenant_id, submission.lead_id)
+            lead = lead_store.get_lead(conn, tenant_id, submission.lead_id)
+            if lead is not None and latest == submission.submission_number and lead.status != submission.status:
+                lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+                    lead, status=submission.status, updated_at=now))
+        return submission
+
+    return await runtime.db.write(unit)
+
+
+# ---- PATCH /api/v1/leads/bulk ---------------------------------------------------------------
+
+class BulkUpdates(Model):
+    """The keys a bulk update may set (CONTRACT 4); any other key is a VALIDATION_ERROR."""
+
+    status: LeadStatus | UnsetType = UNSET
+    notes: Annotated[str, Meta(max_length=10_000)] | None | UnsetType = UNSET
+    timezone: Annotated[str, Meta(max_length=64)] | None | UnsetType = UNSET
+    is_test: bool | UnsetType = UNSET
+    custom_fields: Annotated[dict[str, Any], Meta(max_length=200)] | UnsetType = UNSET
+    questionnaire: Annotated[dict[str, Any], Meta(max_length=200)] | UnsetType = UNSET
+
+
+BULK_KEYS = ("status", "notes", "timezone", "isTest", "customFields", "questionnaire")
+
+
+class BulkUpdateBody(Model):
+    lead_ids: Annotated[list[Annotated[str, Meta(min_length=1, max_length=64)]],
+                        Meta(min_length=1, max_length=MAX_BULK_IDS)]
+    updates: BulkUpdates
+
+
+class BulkUpdateResult(Model):
+    modified_count: int
+
+
+def check_bulk(body: BulkUpdateBody, checked_fields: list[FieldLibraryEntry], today: date) -> None:
+    """Everything about a bulk update that needs no stored data."""
+    updates = body.updates
+    given = _given(updates)
+    if not given:
+        raise ValidationFailed([f"updates: give at least one of {', '.join(BULK_KEYS)}"])
+    problems = []
+    if isinstance(updates.timezone, str) and not valid_zone(updates.timezone):
+        problems.append("updates.timezone: unknown IANA time zone")
+    if updates.questionnaire is not UNSET:
+        keys = set(updates.questionnaire)
+        entries = [e for e in checked_fields if e.category == "question" and e.key in keys]
+        problems += [f"updates.{p}" for p in field_library_problems(
+            {"questionnaire": updates.questionnaire}, entries, today)]
+    if problems:
+        raise ValidationFailed(problems)
+
+
+def _merge_answers(stored: list[QuestionAnswer], answers: dict[str, Any], labels: dict[str, str]) -> list[QuestionAnswer]:
+    merged = list(stored)
+    position = {entry.key: i for i, entry in enumerate(merged) if entry.key}
+    for key, answer in answers.items():
+        if key in position:
+            merged[position[key]] = msgspec.structs.replace(merged[position[key]], answer=answer)
+        else:
+            position[key] = len(merged)
+            merged.append(QuestionAnswer(key=key, question=labels.get(key) or key, answer=answer))
+    return merged
+
+
+async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkUpdateBody,
+                      labels: dict[str, str]) -> BulkUpdateResult:
+    """Call `check_bulk` first. One write unit for every lead named."""
+    now = iso(runtime.clock.now())
+    updates = body.updates
+    ids = list(dict.fromkeys(body.lead_ids))
+    plain = {name: value for name, value in _given(updates).items()
+             if name in ("notes", "timezone", "is_test", "status")}
+
+    def unit(conn: apsw.Connection) -> BulkUpdateResult:
+        found = lead_store.get_leads(conn, tenant_id, ids)
+        for lead in found:
+            changes: dict[str, Any] = dict(plain)
+            if updates.custom_fields is not UNSET:
+                changes["custom_fields"] = {**lead.custom_fields, **updates.custom_fields}
+            if updates.questionnaire is not UNSET:
+                changes["questionnaire"] = _merge_answers(lead.questionnaire, updates.questionnaire, labels)
+            updated: LeadRecord = msgspec.structs.replace(lead, **changes, updated_at=now)
+            if updated.status != lead.status:
+                _follow_status(conn, tenant_id, lead, updated.status, key_id, now)
+            lead_store.update_lead(conn, tenant_id, updated)
+        return BulkUpdateResult(modified_count=len(found))
+
+    return await runtime.db.write(unit)
+
+
+def _follow_status(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
+                   now: str) -> None:
+    submission = lead_store.latest_submission(conn, tenant_id, lead.lead_id)
+    if submission is None:
+        return
+    if status not in JOB_STATUSES:
+        lead_store.cancel_open_jobs(conn, submission.submission_id, now)
+    lead_store.update_submission(conn, tenant_id, msgspec.structs.replace(
+        submission, status=status, updated_at=now,
+        journey_events=[*submission.journey_events, event(
+            now, "status_changed", "bulk update", details={"previous": lead.status, "status": status,
+                                                           "keyId": key_id})]))
