@@ -75,7 +75,7 @@ def main(ctx: click.Context, config_path: str | None) -> None:
                 _fail(str(exc))
         return loaded[0]
 
-    ctx.obj = {"config": config}
+    ctx.obj = {"config": config, "config_path": config_path}
 
 
 @main.command()
@@ -285,7 +285,7 @@ def doctor(ctx: click.Context) -> None:
             raise FileNotFoundError(f"missing plugin folders: {', '.join(missing)}")
         return ", ".join(f"{d}{' (missing)' if d in missing else ''}" for d in config.plugins.dirs) or "none"
 
-    check("config", lambda: os.environ.get(CONFIG_ENV) or "built-in defaults")
+    check("config", lambda: ctx.obj["config_path"] or "built-in defaults")
     check("master key", master_key)
     check("database", database)
     check("plugin folders", plugin_dirs)

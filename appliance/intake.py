@@ -16,7 +16,7 @@ from appliance.clock import iso
 from appliance.domain import caps as caps_rules
 from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
-from appliance.domain.lead import JourneyEvent, LeadRecord, QualificationOutcome, RoutingOutcome, Submission
+from appliance.domain.lead import LeadRecord, QualificationOutcome, Submission
 from appliance.domain.pipeline import (
     Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
 )
@@ -91,7 +91,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     existing = None
     if body.lead_id is not None:
         existing = lead_store.get_lead(runtime.db.reader(), tenant_id, body.lead_id)
-        if existing is None:
+        # A source key may only resubmit its own source's leads: others are unknown to it.
+        if existing is None or (source is not None and existing.source_id != source.source_id):
             raise ValidationFailed(["leadId: unknown lead"])
     lead, problems = build_lead(body, lead_id=existing.lead_id if existing else new_id("lead"), existing=existing,
                                 labels=settings.labels, region=runtime.config.defaults.region, now=now)
@@ -170,6 +171,10 @@ class _Plan:
             events.extend(evaluation.events)
             if evaluation.approval is not None:
                 approval = evaluation.approval
+            elif status == "qualified" and approval is not None and approval.status in ("pending", "rejected"):
+                # A resubmission must not slip past an open or refused human decision.
+                status = "pending_action" if approval.status == "pending" else "rejected"
+                events.append(event(now, "held_by_approval", f"the lead's approval is {approval.status}", campaign))
         elif status is None:
             status = "pending"  # the source asked for a quick answer: the job loop evaluates
             events.append(event(now, "evaluation_deferred", "shortCircuitSyncEvaluation is set on the source"))
@@ -193,7 +198,7 @@ class _Plan:
         submission = Submission(
             submission_id=self.submission_id, lead_id=lead.lead_id, submission_number=number,
             campaign=snapshot(campaign), status=status, qualification=qualification, routing=routing,
-            result=reason if status in ("disqualified", "duplicate") else (qualification.reason if qualification else None),
+            result=reason if reason is not None else (qualification.reason if qualification else None),
             journey_events=events,
             first_submission_actions=[{"action": evaluation.intake_action, "at": now}]
             if evaluation is not None and evaluation.intake_action else [],

@@ -42,7 +42,7 @@ import apsw
 import msgspec
 
 from appliance import tenancy
-from appliance.api.leads import search_filter
+from appliance.api.leads import _id_bound, search_filter
 from appliance.clock import iso
 from appliance.config import load_config
 from appliance.domain.lead import (
@@ -345,6 +345,11 @@ def checkpoint(runtime: Runtime) -> None:
 
 # ---- measurement --------------------------------------------------------------------------------
 
+def _day_bound(day: str, days_after: int) -> str:
+    moment = datetime.fromisoformat(day).replace(tzinfo=timezone.utc) + timedelta(days=days_after)
+    return _id_bound(int(moment.timestamp() * 1000))
+
+
 def best_of(fn, runs: int) -> dict[str, float]:
     fn()  # warm
     times = []
@@ -373,7 +378,8 @@ def measure(runtime: Runtime, tenant_id: str, key: str, probes: dict[str, Any], 
         # (label, kind, query string, LeadFilter fields, cursor)
         ("first page", "page", "limit=100", {}, None),
         ("deep cursor page", "page", f"limit=100&cursor={probes['deepCursor']}", {}, probes["deepCursor"]),
-        ("7-day range page", "page", f"limit=100&startDate={range_start}&endDate={range_end}", None, None),
+        ("7-day range page", "page", f"limit=100&startDate={range_start}&endDate={range_end}",
+         {"after_id": _day_bound(range_start, 0), "before_id": _day_bound(range_end, 1)}, None),
         ("status=failed page", "page", "limit=100&status=failed", {"status": "failed"}, None),
         ("big campaign page", "page", f"limit=100&campaignIds={probes['bigCampaign']}",
          {"campaign_ids": (probes["bigCampaign"],)}, None),
@@ -413,6 +419,9 @@ def measure(runtime: Runtime, tenant_id: str, key: str, probes: dict[str, Any], 
                 limit = 101 if "limit=100" in query else 26
                 where = lead_store.LeadFilter(before_id=cursor, **fields)
                 row["storage"] = best_of(lambda: lead_store.lead_page(reader, tenant_id, where, limit), runs)
+                spy = _PlanSpy(reader)
+                lead_store.lead_page(spy, tenant_id, where, limit)
+                row["plan"] = spy.plans
             row["http"] = best_of(lambda: client.get(f"/api/v1/leads?{query}", headers=headers), runs)
             target = TARGETS_MS[kind]
             row["target_ms"] = target
@@ -423,18 +432,15 @@ def measure(runtime: Runtime, tenant_id: str, key: str, probes: dict[str, Any], 
     return out
 
 
-def plans(runtime: Runtime, tenant_id: str, probes: dict[str, Any]) -> dict[str, list[str]]:
-    conn = runtime.db.reader()
-    queries = {
-        "first page": ("SELECT l.lead_id, l.doc FROM leads l WHERE l.tenant_id = ? ORDER BY l.lead_id DESC LIMIT 101",
-                       (tenant_id,)),
-        "email": ("SELECT l.lead_id, l.doc FROM leads l WHERE l.tenant_id = ? AND l.email = ? ORDER BY l.lead_id DESC"
-                  " LIMIT 26", (tenant_id, probes["email"])),
-        "name": ("SELECT l.lead_id, l.doc FROM leads_names n JOIN leads l ON l.rowid = n.rowid WHERE l.tenant_id = ?"
-                 " AND leads_names MATCH ? ORDER BY l.lead_id DESC LIMIT 101", (tenant_id, '"smith"*')),
-    }
-    return {label: [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params)]
-            for label, (sql, params) in queries.items()}
+class _PlanSpy:
+    """Wraps a connection: records the query plan of each statement run through it."""
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self.conn, self.plans = conn, []
+
+    def execute(self, sql: str, params: Any = ()):
+        self.plans.append(" / ".join(row[3] for row in self.conn.execute("EXPLAIN QUERY PLAN " + sql, params)))
+        return self.conn.execute(sql, params)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -471,7 +477,6 @@ def main(argv: list[str] | None = None) -> int:
               f"{generation['probes']['meanLeadDocBytes']} bytes")
         print("measuring (best of %d)" % args.runs)
         cases = measure(runtime, tenant_id, key, generation["probes"], args.runs)
-        query_plans = plans(runtime, tenant_id, generation["probes"])
     finally:
         runtime.close()
         if args.work is None:
@@ -495,7 +500,6 @@ def main(argv: list[str] | None = None) -> int:
                        "meanLeadDocBytes": generation["probes"]["meanLeadDocBytes"]},
         "database": {"bytes": size, "bytesPerLead": round(size / args.leads)},
         "cases": cases,
-        "queryPlans": query_plans,
         "targets_ms": TARGETS_MS,
         "meetsAllTargets": all(row["meets"] for row in cases),
     }

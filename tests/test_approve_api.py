@@ -198,9 +198,6 @@ def test_resubmission_to_a_held_campaign_holds_again(api, runtime, tenant):
     assert jobs(runtime, again["submissionId"]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: appliance/intake.py:166 (`approval = lead.approval`, kept from the stored "
-                                       "lead) lets a resubmission by leadId to a campaign without review qualify the "
-                                       "lead and insert a deliver job while its approval is still pending/rejected")
 @pytest.mark.parametrize("decision", [None, "rejected"])
 def test_resubmission_does_not_schedule_delivery_past_an_open_or_rejected_approval(api, runtime, tenant, decision):
     data = held(api, tenant)

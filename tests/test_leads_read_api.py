@@ -248,6 +248,19 @@ def test_search_text_is_never_fts_syntax(client, tenant, people):
                                                                             if not nothing.strip() else []), nothing
 
 
+def test_common_names_walk_the_leads_with_the_same_answers(client, tenant, people, monkeypatch):
+    """Past NAME_JOIN_MAX matches the search walks the tenant's leads newest first instead of
+    sorting every match: same leads, same order, same paging."""
+    from appliance.storage import leads as lead_store
+
+    queries = ["search=jan", "search=jan&limit=1", f"search=jan&limit=1&cursor={people['janet']}", "search=o",
+               "search=do&status=qualified", "search=nobody"]
+    joined = [listing(client, tenant, q) for q in queries]
+    monkeypatch.setattr(lead_store, "NAME_JOIN_MAX", 1)
+    assert [listing(client, tenant, q) for q in queries] == joined
+    assert ids(joined[0]) == [people["janet"], people["jan"]] and ids(joined[2]) == [people["jan"]]
+
+
 def test_search_combines_with_filters_and_paging(client, tenant, people):
     page = listing(client, tenant, "search=jan&limit=1")
     assert ids(page) == [people["janet"]] and page["hasMore"] is True

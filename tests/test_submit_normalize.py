@@ -271,9 +271,6 @@ def test_resubmission_of_another_tenants_lead_is_an_unknown_lead(api, runtime, t
     assert lead_count(runtime) == 1
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: appliance/domain/submission.py:196 `is_test=body.is_test or base.is_test` (and "
-                                       "SubmitLead.is_test defaulting to False) cannot tell an explicit false from "
-                                       "an omitted field, so a resubmission can never clear isTest")
 def test_resubmission_can_clear_is_test(api, runtime, tenant):
     first = accepted(api, tenant, person(isTest=True))
     accepted(api, tenant, {"leadId": first["leadId"], "campaignId": "SC1", "isTest": False})

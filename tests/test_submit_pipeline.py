@@ -243,8 +243,6 @@ def test_severity_disqualify(api, runtime):
     assert jobs(runtime, data["submissionId"]) == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: appliance/intake.py:196 sets submission.result only from source-check/dedupe "
-                                       "reasons, so a lead disqualified by a rule set has result null")
 def test_rule_disqualification_reason_is_the_submission_result(api, runtime):
     tenant = severity_tenant(runtime)
     data = accepted(api, tenant, person("DIS", address={"state": "CA"}))

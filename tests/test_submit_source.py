@@ -75,6 +75,19 @@ def test_source_key_of_one_tenant_cannot_reach_another_tenants_campaign(api, run
     assert response.json()["error"]["details"] == ["campaignId: unknown campaign"]
 
 
+def test_source_key_may_resubmit_only_its_own_leads(api, runtime):
+    tenant = setup_tenant(runtime, with_sources("SC1", source("web"), source("partner")))
+    web, partner = source_key(runtime, tenant, "web"), source_key(runtime, tenant, "partner")
+    own = accepted(api, web, person())["leadId"]
+    by_tenant_key = accepted(api, tenant, person())["leadId"]
+    assert accepted(api, web, {"leadId": own, "campaignId": "SC1"})["leadId"] == own
+    for other in (by_tenant_key, own):
+        key = web if other == by_tenant_key else partner
+        response = submit(api, key, {"leadId": other, "campaignId": "SC1"}, expect=400)
+        assert response.json()["error"]["details"] == ["leadId: unknown lead"]
+    assert read_lead(api, runtime, tenant, own)["sourceId"] == "web"
+
+
 # ---- caps -------------------------------------------------------------------------------------
 
 def test_daily_cap_disqualifies_beyond_the_cap(api, runtime):

@@ -45,7 +45,7 @@ class SubmitLead(Model):
                     | Annotated[list[QuestionAnswer], Meta(max_length=MAX_QUESTIONNAIRE)]) = {}
     attribution: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
     compliance: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
-    is_test: bool = False
+    is_test: bool | None = None  # None: a resubmission keeps the stored flag
     timezone: Annotated[str, Meta(max_length=64)] | None = None
     notes: Annotated[str, Meta(max_length=10_000)] | None = None
     custom_fields: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
@@ -55,17 +55,20 @@ _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|
 _ATTRIBUTION_TEXT = ("captureUrl", "referrer", "ipAddress", "userAgent", "gclid", "gbraid", "wbraid", "fbclid",
                      "fbc", "fbp", "ttclid", "ttp", "msclkid")
 _COMPLIANCE_TEXT = ("consentText", "trustedFormCertUrl", "jornayaLeadId", "ipAddress", "userAgent")
-_ZONES: dict[str, bool] = {}
+_VALID_ZONES: set[str] = set()  # only names that loaded: bounded by the tz database
 
 
 def valid_zone(name: str) -> bool:
-    if name not in _ZONES:
-        try:
-            ZoneInfo(name)
-            _ZONES[name] = "/" in name or name == "UTC"
-        except (ValueError, KeyError, OSError):
-            _ZONES[name] = False
-    return _ZONES[name]
+    if name in _VALID_ZONES:
+        return True
+    if "/" not in name and name != "UTC":  # region/city names only, as IANA zones of leads are
+        return False
+    try:
+        ZoneInfo(name)
+    except (ValueError, KeyError, OSError):
+        return False
+    _VALID_ZONES.add(name)
+    return True
 
 
 def is_timestamp(value: Any) -> bool:
@@ -193,7 +196,7 @@ def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, l
         questionnaire=questionnaire,
         attribution=merged(body.attribution, base.attribution if base else None),
         compliance=merged(body.compliance, base.compliance if base else None),
-        is_test=body.is_test or (base.is_test if base else False),
+        is_test=body.is_test if body.is_test is not None else (base.is_test if base else False),
         timezone=body.timezone if body.timezone is not None else (base.timezone if base else None),
         notes=body.notes if body.notes is not None else (base.notes if base else None),
         custom_fields=merged(body.custom_fields, base.custom_fields if base else None),

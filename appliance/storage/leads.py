@@ -240,14 +240,18 @@ def lead_exists(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
     return conn.execute("SELECT 1 FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone() is not None
 
 
+# Name searches with fewer FTS matches than this (all tenants) look every match up and sort them
+# (~4 us each); more common names walk the tenant's leads newest first instead (bench/volume.py).
+NAME_JOIN_MAX = 2000
 _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_client", "offer_id": "leads_by_offer"}
 
 
 def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
     """`list_leads` with each document's lead id: (leadId, doc), newest first.
 
-    Plans that stay good without planner statistics: a name search walks the FTS matches (every
-    tenant's) joined to leads; email and phone use their index by name; several campaign, client
+    Plans that stay good without planner statistics: a name search looks its FTS matches (every
+    tenant's) up when they are few and otherwise walks the tenant's leads newest first keeping
+    the matches; email and phone use their index by name; several campaign, client
     or offer ids become one ordered index walk per id, each stopping at `limit`, merged."""
     clauses, params = ["l.tenant_id = ?"], [tenant_id]
     source = "leads l"
@@ -271,8 +275,14 @@ def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: i
         clauses.append("l.lead_id < ?")
         params.append(where.before_id)
     if where.name_query is not None:
-        source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
-        clauses.append("leads_names MATCH ?")
+        few = conn.execute("SELECT count(*) FROM (SELECT 1 FROM leads_names WHERE leads_names MATCH ? LIMIT ?)",
+                           (where.name_query, NAME_JOIN_MAX)).fetchone()[0] < NAME_JOIN_MAX
+        if few:  # look each match up, sort them
+            source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
+            clauses.append("leads_names MATCH ?")
+        else:  # walk the tenant's leads newest first, keeping those in the (hashed) set of matches
+            source = "leads l INDEXED BY leads_by_tenant"
+            clauses.append("l.rowid IN (SELECT rowid FROM leads_names WHERE leads_names MATCH ?)")
         params.append(where.name_query)
     elif where.email is not None:
         # Without planner statistics (a new database, or a connection opened before the last
