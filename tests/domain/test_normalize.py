@@ -1,6 +1,8 @@
 from datetime import date
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from appliance.domain.normalize import (
     age_on, is_valid_email, normalize_email, parse_date, questionnaire_entries, title_name,
@@ -108,3 +110,19 @@ def test_age_on(dob, today, age):
 ])
 def test_parse_date(text, expected):
     assert parse_date(text) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(r"\A(\+1|1)?[ (]?[2-9][0-9]{2}[) -.]?[0-9]{3}[ -.]?[0-9]{4}\Z", fullmatch=True),
+       st.sampled_from(["US", "CA", "GB", None]))
+def test_north_american_fast_path_agrees_with_phonenumbers(phone, region):
+    import phonenumbers
+
+    from appliance.domain.normalize import _nanp_e164
+
+    fast = _nanp_e164(phone, region)
+    if fast is None:
+        return
+    parsed = phonenumbers.parse(phone, region)
+    assert phonenumbers.is_possible_number(parsed)
+    assert fast == phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
