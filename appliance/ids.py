@@ -44,3 +44,8 @@ def new_id(prefix: str) -> str:
 def request_id() -> str:
     """`req_` + 16 hex characters: for correlating a response with the log, not a secret."""
     return f"req_{_random.getrandbits(64):016x}"
+
+
+def floor_id(prefix: str, epoch_ms: int) -> str:
+    """The smallest id of `prefix` made at `epoch_ms`: a time bound becomes an id bound."""
+    return f"{prefix}_{_encode(max(epoch_ms, 0), 10)}{'0' * 16}"

@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import queue
 import random
 import shutil
 import statistics
@@ -32,7 +33,6 @@ import sys
 import tempfile
 import threading
 import time
-import queue
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -417,7 +417,7 @@ def measure(runtime: Runtime, tenant_id: str, key: str, probes: dict[str, Any], 
                                    "bytes": len(response.content)}
             if fields is not None:
                 limit = 101 if "limit=100" in query else 26
-                where = lead_store.LeadFilter(before_id=cursor, **fields)
+                where = lead_store.LeadFilter(**({"before_id": cursor} | fields))
                 row["storage"] = best_of(lambda: lead_store.lead_page(reader, tenant_id, where, limit), runs)
                 spy = _PlanSpy(reader)
                 lead_store.lead_page(spy, tenant_id, where, limit)

@@ -185,9 +185,7 @@ def test_other_fields_leave_the_lead_alone(client, tenant, made):
         {k: v for k, v in before.items() if k != "submissions"}
 
 
-@pytest.mark.parametrize(
-    ("body", "field"),
-    [
+BAD_BODIES = [
         ({"status": "done"}, "status"),
         ({"status": None}, "status"),
         ({"status": 3}, "status"),
@@ -221,11 +219,17 @@ def test_other_fields_leave_the_lead_alone(client, tenant, made):
         ({"leadId": "lead_x"}, "leadId"),
         ({"unknown": 1}, "unknown"),
         ([], "body"),
-    ],
-)
-def test_bad_bodies_are_validation_errors(client, tenant, made, body, field):
+]
+
+
+def test_bad_bodies_are_validation_errors(client, tenant, made):
+    # One tenant for every case (a loop rather than parameters keeps the file fast).
     before = get_sub(client, tenant, made["submissionId"])
-    validation_error(patch(client, tenant, made["submissionId"], body), field)
+    for body, field in BAD_BODIES:
+        response = patch(client, tenant, made["submissionId"], body)
+        assert response.status_code == 400, (body, response.text)
+        details = response.json()["error"]["details"]
+        assert any(d.startswith(f"{field}: ") for d in details), (body, details)
     assert get_sub(client, tenant, made["submissionId"]) == before
 
 

@@ -17,7 +17,7 @@ from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
 from appliance.domain.normalize import to_e164
 from appliance.domain.submission import SubmitLead
 from appliance.errors import NotFound, ValidationFailed
-from appliance.ids import _encode as encode_base32  # the id alphabet: a date bound is an id bound
+from appliance.ids import floor_id
 from appliance.model import Model
 from appliance.storage import leads as lead_store
 
@@ -51,6 +51,7 @@ MAX_NAME_TOKENS = 8
 Query = Annotated[str | None, QueryParameter()]
 _PHONE_PUNCTUATION = re.compile(r"[\s+\-().]")
 _NAME_TOKEN = re.compile(r"[^\W_]+")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class LeadPage(Model):
@@ -60,8 +61,7 @@ class LeadPage(Model):
 
 
 def _id_bound(ms: int) -> str:
-    """The smallest lead id made at epoch millisecond `ms` (ids: 10 base32 chars of ms, then 16 random)."""
-    return "lead_" + encode_base32(max(ms, 0), 10) + "0" * 16
+    return floor_id("lead", ms)
 
 
 def _date_bound(request: Request, name: str, *, end: bool) -> str | None:
@@ -76,9 +76,6 @@ def _date_bound(request: Request, name: str, *, end: bool) -> str | None:
     if end:  # inclusive: a date means through the end of that UTC day, a timestamp through its millisecond
         epoch_ms += 86_400_000 if bare_date else 1
     return _id_bound(epoch_ms)
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _csv(request: Request, name: str) -> tuple[str, ...]:
@@ -172,10 +169,11 @@ def get_lead(request: Request, lead_id: LeadId) -> Response:
     """The lead record with its submissions, oldest first (CONTRACT 1, 4)."""
     tenant_id = principal(request.scope).tenant_id
     conn = request.app.state.runtime.db.reader()
-    doc = lead_store.lead_doc(conn, tenant_id, lead_id)
+    with conn:  # one read transaction: the lead and its submissions as of the same commit
+        doc = lead_store.lead_doc(conn, tenant_id, lead_id)
+        submissions = lead_store.submission_docs_of(conn, tenant_id, lead_id) if doc is not None else []
     if doc is None:
         raise NotFound()
-    submissions = lead_store.submission_docs_of(conn, tenant_id, lead_id)
     return ok_raw(doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}")
 
 

@@ -97,35 +97,6 @@ class LeadFilter:
     before_id: str | None = None   # upper id bound (endDate or the cursor), exclusive
 
 
-def list_leads(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[bytes]:
-    """Newest first. Ids are time-ordered, so date bounds and the cursor are id bounds."""
-    clauses, params = ["l.tenant_id = ?"], [tenant_id]
-    source = "leads l"
-    for column, values in (("campaign_id", where.campaign_ids), ("client_id", where.client_ids),
-                           ("offer_id", where.offer_ids)):
-        if values:
-            clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
-            params.extend(values)
-    for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
-                          ("lead_id", where.lead_id)):
-        if value is not None:
-            clauses.append(f"l.{column} = ?")
-            params.append(value)
-    if where.after_id is not None:
-        clauses.append("l.lead_id >= ?")
-        params.append(where.after_id)
-    if where.before_id is not None:
-        clauses.append("l.lead_id < ?")
-        params.append(where.before_id)
-    if where.name_query is not None:
-        source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
-        clauses.append("leads_names MATCH ?")
-        params.append(where.name_query)
-    params.append(limit)
-    return [doc for (doc,) in conn.execute(
-        f"SELECT l.doc FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)]
-
-
 # ---- submissions ----------------------------------------------------------------------------
 
 def insert_submission(conn: apsw.Connection, tenant_id: str, submission: Submission) -> None:
@@ -247,7 +218,8 @@ _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_clie
 
 
 def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
-    """`list_leads` with each document's lead id: (leadId, doc), newest first.
+    """One page of leads as (leadId, doc), newest first; ids are time-ordered, so date bounds and
+    the cursor are id bounds.
 
     Plans that stay good without planner statistics: a name search looks its FTS matches (every
     tenant's) up when they are few and otherwise walks the tenant's leads newest first keeping

@@ -140,7 +140,8 @@ def m002_leads_submissions_jobs_ledger(conn: apsw.Connection) -> None:
     conn.execute(
         """
         CREATE TABLE leads (
-            lead_id TEXT PRIMARY KEY,          -- time-ordered: newest-first listing is an id range scan
+            seq INTEGER PRIMARY KEY,           -- the rowid, declared so VACUUM keeps it: leads_names uses it
+            lead_id TEXT NOT NULL UNIQUE,      -- time-ordered: newest-first listing is an id range scan
             tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
             intake_campaign_id TEXT NOT NULL,  -- the campaign it was posted to: the dedupe scope
             campaign_id TEXT,
