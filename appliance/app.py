@@ -17,7 +17,9 @@ from appliance.api.auth import RateLimiter, auth_middleware
 from appliance.clock import iso
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
+from appliance.jobs.delivery import DeliveryWorker
 from appliance.jobs.ticker import flush_activity, run_ticker
+from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
 from appliance.tenant_settings import SettingsCache
 
@@ -62,17 +64,24 @@ class ApplianceApp(Litestar):
             ))
 
 
-def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
+def create_app(runtime: Runtime, *, background: bool = True, registry: Registry | None = None) -> ApplianceApp:
+    """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued)."""
+    registry = registry if registry is not None else load_plugins(runtime.config)
+    settings = SettingsCache(runtime.db)
+    worker = DeliveryWorker(runtime, settings, registry)
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        ticker = asyncio.create_task(run_ticker(runtime, stop)) if background else None
+        tasks = [asyncio.create_task(run_ticker(runtime, stop)), asyncio.create_task(worker.run(stop))] \
+            if background else []
         try:
             yield
         finally:
             stop.set()
-            if ticker is not None:
-                await ticker
+            worker.wake()
+            for task in tasks:
+                await task
             await flush_activity(runtime)
 
     app = ApplianceApp(
@@ -86,5 +95,7 @@ def create_app(runtime: Runtime, *, background: bool = True) -> ApplianceApp:
     )
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
-    app.state.settings = SettingsCache(runtime.db)
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.worker = worker
     return app

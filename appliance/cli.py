@@ -291,3 +291,30 @@ def doctor(ctx: click.Context) -> None:
     check("plugin folders", plugin_dirs)
     if problems:
         sys.exit(1)
+
+
+@main.command("plugins")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def plugins_(ctx: click.Context, as_json: bool) -> None:
+    """List the loaded adapters, the files they come from and the plugins that failed to load."""
+    import logging
+
+    from appliance.plugins import PluginError, load_plugins
+
+    config = ctx.obj["config"]()
+    plugin_log = logging.getLogger("appliance.plugins")
+    plugin_log.disabled = True  # this command is the report; the load warnings would repeat it
+    try:
+        registry = load_plugins(config)
+    except PluginError as exc:  # [plugins] strict = true
+        _fail(str(exc))
+    finally:
+        plugin_log.disabled = False
+    adapters = [{"kind": e.kind, "name": e.name, "plugin": e.plugin, "file": e.file} for e in registry.entries]
+    errors = [{"plugin": r.name, "file": r.file, "error": r.error} for r in registry.errors]
+    dirs = [str(d) for d in registry.dirs]
+    lines = [f"{a['kind']:<9} {a['name']:<20} {a['plugin']}  {a['file']}" for a in adapters] or ["no adapters loaded"]
+    lines += [f"error     {e['plugin'] or '-':<20} {e['file']}: {e['error']}" for e in errors]
+    lines.append("plugin folders: " + (", ".join(dirs) or "none"))
+    _emit(as_json, {"adapters": adapters, "errors": errors, "dirs": dirs}, "\n".join(lines))

@@ -23,6 +23,8 @@ from appliance.domain.pipeline import (
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import Forbidden, ValidationFailed
 from appliance.ids import new_id
+from appliance.jobs.delivery import run_intake_action
+from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.storage import leads as lead_store
 from appliance.storage.tenants import KeyRecord
@@ -81,7 +83,8 @@ def _resolve_source(campaign: Campaign, principal: KeyRecord) -> IngestionSource
     return source
 
 
-async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead) -> SubmitResult:
+async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead,
+                 registry: Registry) -> SubmitResult:
     tenant_id = principal.tenant_id
     intake = _resolve_campaign(settings, body.campaign_id)
     source = _resolve_source(intake, principal)
@@ -107,7 +110,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     evaluation = None
     if rejected_at_source is None and not (source and source.short_circuit_sync_evaluation):
         evaluation = evaluate(facts, intake, settings.campaigns, source, value_sets=settings.value_sets,
-                              today=today, now=now)
+                              today=today, now=now, prompt_evaluator=registry.prompt_evaluator())
     dedupe = None if lead.is_test or existing is not None else effective_policy(
         runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
     plan = _Plan(
@@ -116,7 +119,11 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
         value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
     )
-    return await runtime.db.write(plan.commit)
+    result = await runtime.db.write(plan.commit)
+    if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
+        run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
+                          result.submission_id, evaluation.intake_action)
+    return result
 
 
 @dataclass

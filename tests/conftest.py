@@ -47,7 +47,8 @@ def runtime(config: Config) -> Iterator[Runtime]:
 
 @pytest.fixture
 def client(runtime: Runtime) -> Iterator[TestClient]:
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as test_client:
+    """The app without its background loops: intake tests see jobs exactly as committed."""
+    with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as test_client:
         yield test_client
 
 

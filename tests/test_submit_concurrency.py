@@ -30,7 +30,7 @@ def _free_port() -> int:
 @pytest.fixture
 def server(runtime) -> Iterator[str]:
     port = _free_port()
-    config = uvicorn.Config(create_app(runtime), host="127.0.0.1", port=port, log_level="warning",
+    config = uvicorn.Config(create_app(runtime, background=False), host="127.0.0.1", port=port, log_level="warning",
                             lifespan="on", access_log=False)
     instance = uvicorn.Server(config)
     instance.install_signal_handlers = lambda: None  # not the main thread

@@ -55,7 +55,7 @@ def clock(runtime: Runtime) -> FakeClock:
 
 @pytest.fixture
 def api(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
-    with TestClient(create_app(runtime), raise_server_exceptions=False) as test_client:
+    with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as test_client:
         yield test_client
 
 
@@ -69,7 +69,7 @@ def configured(tmp_path: Path, extra_toml: str) -> Iterator[tuple[Runtime, TestC
     fake = FakeClock(START)
     runtime.clock = fake
     try:
-        with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as client:
             yield runtime, client, fake
     finally:
         runtime.close()

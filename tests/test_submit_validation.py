@@ -28,7 +28,7 @@ def env(tmp_path_factory) -> Iterator[tuple]:
     tenant = make_tenant(runtime, "Validation", standard_bundle())
     other = make_tenant(runtime, "Other", standard_bundle(prefix="O"))
     try:
-        with TestClient(create_app(runtime), raise_server_exceptions=False) as client:
+        with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as client:
             yield runtime, client, tenant, other
     finally:
         runtime.close()

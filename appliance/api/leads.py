@@ -10,7 +10,7 @@ import msgspec
 from litestar import Request, Response, get, patch, post
 from litestar.params import PathParameter, QueryParameter
 
-from appliance import approvals, intake, lead_updates
+from appliance import approvals, intake, lead_updates, reposts
 from appliance.api.auth import principal
 from appliance.api.io import ok, ok_raw, query_int, query_str, read_json
 from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
@@ -30,7 +30,9 @@ async def submit_lead(request: Request) -> Response:
     who = principal(request.scope)
     body = await read_json(request, SubmitLead)
     state = request.app.state
-    result = await intake.submit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who, body)
+    result = await intake.submit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who, body,
+                                 state.registry)
+    state.worker.wake()
     return ok(result, 201)
 
 
@@ -196,4 +198,34 @@ async def bulk_update_leads(request: Request) -> Response:
     return ok(await lead_updates.bulk_update(runtime, who.tenant_id, who.key_id, body, settings.labels))
 
 
-ROUTES = [submit_lead, approve_lead, list_leads, get_lead, bulk_update_leads]
+# ---- POST /api/v1/leads/{leadId}/repost and /deliver (interface 4.10, 4.11) -------------------
+
+@post("/api/v1/leads/{leadId:str}/repost", operation_id="repostLead", status_code=201,
+      opt={"body": reposts.RepostBody, "data": reposts.RepostResult, "status": 201,
+           "errors": ["NOT_FOUND", "INVALID_STATE"]})
+async def repost_lead(request: Request, lead_id: LeadId) -> Response:
+    """Every body field is optional: an empty body (no content at all) is a simple retry.
+    See appliance/reposts.py for the modes and the rules."""
+    who = principal(request.scope)
+    raw = await request.body()
+    body = await read_json(request, reposts.RepostBody) if raw.strip() else reposts.RepostBody()
+    state = request.app.state
+    result = await reposts.repost(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
+                                  who.tenant_id, who.key_id, lead_id, body)
+    return ok(result, 201)
+
+
+@post("/api/v1/leads/{leadId:str}/deliver", operation_id="deliverLead", status_code=201,
+      opt={"body": reposts.DeliverBody, "data": reposts.DeliverResult, "status": 201,
+           "errors": ["NOT_FOUND", "INVALID_STATE"]})
+async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
+    """See appliance/reposts.py for which leads may be delivered manually."""
+    who = principal(request.scope)
+    body = await read_json(request, reposts.DeliverBody)
+    state = request.app.state
+    result = await reposts.deliver(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
+                                   who.tenant_id, who.key_id, lead_id, body)
+    return ok(result, 201)
+
+
+ROUTES = [submit_lead, approve_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead]

@@ -300,3 +300,11 @@ def latest_submission_number(conn: apsw.Connection, tenant_id: str, lead_id: str
         "SELECT max(submission_number) FROM submissions WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)
     ).fetchone()
     return found[0] if found else None
+
+
+def take_from_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> None:
+    """Give back a slot taken for a delivery that did not happen."""
+    conn.execute(
+        "UPDATE cap_counters SET count = max(count - 1, 0) WHERE tenant_id = ? AND scope = ? AND period_start = ?",
+        (tenant_id, scope, period_start),
+    )

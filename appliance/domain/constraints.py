@@ -1,0 +1,70 @@
+"""Delivery constraints (CONTRACT 4 step 7): delivery limits first, then the schedule. Pure:
+the worker counts and reserves inside a write transaction with the checks built here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from appliance.clock import iso
+from appliance.domain import caps as caps_rules
+from appliance.domain.campaign import Campaign
+from appliance.domain.schedule import is_open, next_open
+
+# A lifetime limit never resets by itself; a queued lead looks again this often (the limit may
+# have been raised by an import).
+LIFETIME_RECHECK = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class LimitCheck:
+    scope: str
+    period_start: str
+    cap: int
+    action: str
+    route_to: str | None
+    resets_at: datetime
+    label: str
+
+
+@dataclass(frozen=True)
+class Blocked:
+    action: str                 # queue, next_priority or route
+    reason: str
+    release_at: datetime        # when a queued lead should look again
+    route_to: str | None = None
+
+
+def campaign_zone(campaign: Campaign) -> str:
+    schedule = campaign.delivery.delivery_schedule
+    return schedule.timezone if schedule else "UTC"
+
+
+def limit_checks(campaign: Campaign, now: datetime) -> list[LimitCheck]:
+    tz = caps_rules.zone(campaign_zone(campaign))
+    checks = []
+    for limit in campaign.delivery.delivery_limits:
+        if not caps_rules.cap_applies(limit, now, tz):
+            continue
+        start, end = caps_rules.period_bounds(limit.type, now, tz)
+        checks.append(LimitCheck(
+            scope=f"delivery:{campaign.campaign_id}:{limit.type}", period_start=iso(start) if start else "",
+            cap=limit.cap, action=limit.action, route_to=limit.route_to_campaign_id,
+            resets_at=end if end is not None else now + LIFETIME_RECHECK,
+            label=f"{limit.type} delivery limit of {limit.cap}"))
+    return checks
+
+
+def limit_blocked(check: LimitCheck) -> Blocked:
+    return Blocked(action=check.action, reason=f"{check.label} reached", release_at=check.resets_at,
+                   route_to=check.route_to)
+
+
+def schedule_blocked(campaign: Campaign, now: datetime) -> Blocked | None:
+    schedule = campaign.delivery.delivery_schedule
+    if schedule is None or is_open(schedule, now):
+        return None
+    opens = next_open(schedule, now)
+    return Blocked(action=schedule.action, reason="outside the delivery schedule",
+                   release_at=opens if opens is not None else now + LIFETIME_RECHECK,
+                   route_to=schedule.route_to_campaign_id)

@@ -1,0 +1,392 @@
+"""The delivery worker: claims due jobs from the jobs table, checks delivery limits and the
+schedule (reserving a slot in the same transaction, so limits are never overrun), runs the
+endpoint's adapter under a hard deadline and records the outcome. `success` delivers;
+`failure`/`duplicate` fail without retry; `error` retries on the endpoint's backoff, then fails.
+Short-circuited submissions (`evaluate` jobs) are routed and qualified here too."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import apsw
+import httpx
+import msgspec
+
+from appliance.clock import iso
+from appliance.domain.campaign import Campaign
+from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
+from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.lead import DeliveryOutcome, LeadRecord, PostingOutcome, Submission
+from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot, usable
+from appliance.domain.rules import qualify
+from appliance.domain.submission import facts_of
+from appliance.runtime import Runtime
+from appliance.sdk import DeliveryRequest, DeliveryResult, IntakeAction
+from appliance.storage import catalog, jobs, secrets
+from appliance.storage import leads as lead_store
+from appliance.storage.tenants import config_rev
+from appliance.tenant_settings import SettingsCache, TenantSettings
+
+log = logging.getLogger("appliance.delivery")
+
+DEFAULT_BACKOFF = (10, 60, 300, 1800, 7200)
+DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
+SECRET_FIELDS = ("auth.password", "auth.token")
+
+
+@dataclass
+class Reserved:
+    campaign: Campaign
+    scopes: list[tuple[str, str]]  # counters taken, given back if the delivery does not happen
+
+
+@dataclass
+class Attempt:
+    job: jobs.Job
+    lead: LeadRecord
+    submission: Submission
+    settings: TenantSettings
+    now: datetime
+    events: list = field(default_factory=list)
+
+
+class DeliveryWorker:
+    def __init__(self, runtime: Runtime, settings: SettingsCache, registry: Any, *, concurrency: int = 64,
+                 poll_seconds: float = 0.5, grace_seconds: float = 5.0) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.registry = registry
+        self.concurrency = concurrency
+        self.poll_seconds = poll_seconds
+        self.grace_seconds = grace_seconds
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """New work may be due (a submit committed a job, a job finished)."""
+        self._wake.set()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        db = self.runtime.db
+        now = iso(self.runtime.clock.now())
+        interrupted = await db.write(lambda conn: jobs.requeue_interrupted(conn, now))
+        if interrupted:
+            log.warning("%d jobs were interrupted by the last stop and run again", interrupted)
+        limits = httpx.Limits(max_connections=self.concurrency * 2, max_keepalive_connections=self.concurrency)
+        active: set[asyncio.Task] = set()
+        async with httpx.AsyncClient(follow_redirects=False, trust_env=False, limits=limits, timeout=None) as http:
+            while not stop.is_set():
+                self._wake.clear()
+                free = self.concurrency - len(active)
+                claimed: list[jobs.Job] = []
+                if free > 0:
+                    now = iso(self.runtime.clock.now())
+                    try:
+                        claimed = await db.write(lambda conn: jobs.claim_due(conn, now, free))
+                    except Exception as exc:  # the loop must survive a storage hiccup
+                        log.error("claiming jobs failed: %s", type(exc).__name__)
+                for job in claimed:
+                    task = asyncio.create_task(self._process(job, http))
+                    active.add(task)
+                    task.add_done_callback(active.discard)
+                if claimed and len(claimed) == free:
+                    continue  # there may be more due right now
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+                except asyncio.TimeoutError:
+                    pass
+            if active:
+                await asyncio.wait(active, timeout=self.grace_seconds)
+            for task in active:
+                task.cancel()  # left `running`: requeued at the next start
+
+    async def _process(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
+        try:
+            if job.kind == "evaluate":
+                await self._evaluate(job)
+            else:
+                await self._deliver(job, http)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.error("job %d (%s) failed: %s", job.job_id, job.kind, type(exc).__name__)
+            now = iso(self.runtime.clock.now())
+            due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
+            await self.runtime.db.write(lambda conn: jobs.reschedule(
+                conn, job.job_id, due, now, error=f"internal error: {type(exc).__name__}"))
+        finally:
+            self.wake()
+
+    # ---- loading --------------------------------------------------------------------------
+
+    def _load(self, job: jobs.Job) -> Attempt | None:
+        conn = self.runtime.db.reader()
+        lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+        submission = lead_store.get_submission(conn, job.tenant_id, job.submission_id)
+        if lead is None or submission is None:
+            return None
+        settings = self.settings.get(job.tenant_id, config_rev(conn, job.tenant_id))
+        return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
+
+    def _endpoint(self, attempt: Attempt, campaign: Campaign) -> tuple[DeliveryEndpoint | None, dict[str, str]]:
+        endpoint_id = campaign.delivery.delivery_endpoint_id
+        for item in reversed(attempt.submission.journey_events):  # a repost may name another endpoint
+            if item.type == "repost" and item.details and item.details.get("deliveryEndpointId"):
+                endpoint_id = item.details["deliveryEndpointId"]
+                break
+        if not endpoint_id:
+            return None, {}
+        conn = self.runtime.db.reader()
+        endpoint = next((e for e in catalog.load_docs(conn, catalog.DELIVERY_ENDPOINTS, attempt.job.tenant_id)
+                         if e.delivery_endpoint_id == endpoint_id), None)
+        opened: dict[str, str] = {}
+        if endpoint is not None:
+            for name in SECRET_FIELDS:
+                ref = f"endpoint:{endpoint_id}:{name}"
+                blob = secrets.get_sealed(conn, attempt.job.tenant_id, ref)
+                if blob is not None:
+                    opened[name] = self.runtime.box.open_bytes(blob, f"{attempt.job.tenant_id}/{ref}")
+        return endpoint, opened
+
+    # ---- delivery -------------------------------------------------------------------------
+
+    async def _deliver(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
+        attempt = self._load(job)
+        db = self.runtime.db
+        if attempt is None:
+            now = iso(self.runtime.clock.now())
+            await db.write(lambda conn: jobs.finish(conn, job.job_id, "dead", now, "lead or submission missing"))
+            return
+        settings, now = attempt.settings, attempt.now
+        campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
+        if campaign is None:
+            await self._record(attempt, None, DeliveryResult(outcome="failure", reason="campaign no longer exists"))
+            return
+        problem = self._delivery_time_problem(attempt, campaign)
+        if problem is not None:
+            await db.write(lambda conn: self._settle(conn, attempt, None, "disqualified", problem, job_state="done"))
+            return
+        candidates = self._candidates(campaign, settings)
+        checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
+        reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
+        if reserved is None:
+            return  # queued until a window opens or a limit resets
+        endpoint, opened = self._endpoint(attempt, reserved.campaign)
+        adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
+        if endpoint is None:
+            result = DeliveryResult(outcome="failure", reason="the campaign has no delivery endpoint")
+        elif adapter is None:
+            result = DeliveryResult(outcome="error", reason=f"no delivery adapter named {endpoint.adapter!r}")
+        else:
+            request = DeliveryRequest(
+                lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
+                endpoint=endpoint, secrets=opened,
+                settings=self.runtime.config.plugins.tables.get(endpoint.adapter, {}),
+                allow_private_addresses=self.runtime.config.delivery.allow_private_addresses)
+            try:
+                async with asyncio.timeout(float(endpoint.timeout_seconds) + DEADLINE_MARGIN):
+                    result = await adapter.deliver(request, http)
+            except TimeoutError:
+                result = DeliveryResult(outcome="error", reason="delivery deadline passed")
+            except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
+                result = DeliveryResult(outcome="error", reason=f"adapter raised {type(exc).__name__}")
+        await self._record(attempt, reserved, result, endpoint)
+
+    def _delivery_time_problem(self, attempt: Attempt, campaign: Campaign) -> str | None:
+        """`appliesAt: delivery` rules and the TCPA delivery policy, just before sending."""
+        if campaign.qualification.tcpa_policy.delivery_policy.required and \
+                attempt.lead.compliance.get("tcpaConsent") is not True:
+            return "TCPA consent required for delivery: compliance.tcpaConsent is not true"
+        rules = [r for r in campaign.qualification.rules if r.applies_at == "delivery"]
+        if not rules:
+            return None
+        result = qualify(rules, facts_of(attempt.lead), applies_at="delivery", value_sets=attempt.settings.value_sets,
+                         today=attempt.now.date(), prompt_evaluator=self.registry.prompt_evaluator())
+        return None if result.passed else (result.reason or "a delivery rule failed")
+
+    @staticmethod
+    def _candidates(campaign: Campaign, settings: TenantSettings) -> dict[str, Campaign]:
+        """The campaign and those its constraints may send a lead on to (one level)."""
+        ids = [campaign.campaign_id, *campaign.qualification.fallback_campaigns]
+        ids += [limit.route_to_campaign_id for limit in campaign.delivery.delivery_limits if limit.route_to_campaign_id]
+        schedule = campaign.delivery.delivery_schedule
+        if schedule is not None and schedule.route_to_campaign_id:
+            ids.append(schedule.route_to_campaign_id)
+        found = {cid: settings.campaigns.get(cid) for cid in ids}
+        return {cid: c for cid, c in found.items() if c is not None and (c is campaign or usable(c))}
+
+    def _reserve(self, conn: apsw.Connection, attempt: Attempt, campaign: Campaign, candidates: dict[str, Campaign],
+                 checks: dict[str, tuple[list[LimitCheck], Blocked | None]]) -> Reserved | None:
+        """In the write transaction: find a campaign with room now and take its slots, or queue."""
+        tenant_id, now = attempt.job.tenant_id, attempt.now
+        current, tried, blocked = campaign, {campaign.campaign_id}, None
+        while True:
+            limits, schedule = checks[current.campaign_id]
+            blocked = next((limit_blocked(check) for check in limits
+                            if lead_store.counter_value(conn, tenant_id, check.scope, check.period_start) >= check.cap),
+                           None) or schedule
+            if blocked is None:
+                for check in limits:
+                    lead_store.add_to_counter(conn, tenant_id, check.scope, check.period_start)
+                if current is not campaign:
+                    self._move(conn, attempt, current, f"{campaign.campaign_id}: {first_reason}")
+                return Reserved(current, [(c.scope, c.period_start) for c in limits])
+            if current is campaign:
+                first_reason, first_block = blocked.reason, blocked
+            if blocked.action == "route":
+                following = [blocked.route_to] if blocked.route_to else []
+            elif blocked.action == "next_priority":
+                following = list(current.qualification.fallback_campaigns)
+            else:
+                following = []
+            current = next((candidates[cid] for cid in following if cid in candidates and cid not in tried), None)
+            if current is None:
+                break
+            tried.add(current.campaign_id)
+        release = first_block.release_at
+        jobs.reschedule(conn, attempt.job.job_id, iso(release), iso(now), error=first_block.reason, keep_attempts=True)
+        self._settle(conn, attempt, None, "queued", f"{first_block.reason}; released at {iso(release)}", job_state=None,
+                     event_kind="queued")
+        return None
+
+    def _move(self, conn: apsw.Connection, attempt: Attempt, target: Campaign, reason: str) -> None:
+        attempt.events.append(event(iso(attempt.now), "rerouted_for_delivery", reason, target))
+        attempt.submission = msgspec.structs.replace(attempt.submission, campaign=snapshot(target))
+
+    async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
+                      endpoint: DeliveryEndpoint | None = None) -> None:
+        await self.runtime.db.write(lambda conn: self._record_unit(conn, attempt, reserved, result, endpoint))
+
+    def _record_unit(self, conn: apsw.Connection, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
+                     endpoint: DeliveryEndpoint | None) -> None:
+        job, now_dt = attempt.job, self.runtime.clock.now()
+        now = iso(now_dt)
+        posting = PostingOutcome(success=result.outcome == "success", client_lead_id=result.client_lead_id,
+                                 status_code=result.status_code, posted_at=now)
+        delivery = DeliveryOutcome(success=result.outcome == "success", client_lead_id=result.client_lead_id,
+                                   status_code=result.status_code, response_message=result.message or result.reason,
+                                   url=result.url, method=result.method, body_format=result.body_format,
+                                   delivered_at=now if result.outcome == "success" else None)
+        details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code}
+        if result.outcome == "success":
+            if reserved is not None:
+                self._revenue(conn, attempt, reserved.campaign, now_dt)
+            self._settle(conn, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
+                         job_state="done", event_kind="delivered", details=details)
+            return
+        if reserved is not None:
+            for scope, period in reserved.scopes:
+                lead_store.take_from_counter(conn, job.tenant_id, scope, period)
+        retry = endpoint.retry if endpoint is not None else None
+        max_attempts = retry.max_attempts if retry else len(DEFAULT_BACKOFF) + 1
+        backoff = list(retry.backoff_seconds) if retry and retry.backoff_seconds else list(DEFAULT_BACKOFF)
+        if result.outcome == "error" and job.attempts < max_attempts:
+            wait = backoff[min(job.attempts - 1, len(backoff) - 1)]
+            due = iso(now_dt + timedelta(seconds=float(wait)))
+            jobs.reschedule(conn, job.job_id, due, now, error=result.reason)
+            self._settle(conn, attempt, (posting, delivery, result), None,
+                         f"{result.reason or 'error'}; retry {job.attempts + 1} at {due}", job_state=None,
+                         event_kind="delivery_error", details=details)
+            return
+        reason = result.reason or result.outcome
+        if result.outcome == "error":
+            reason = f"{reason}; retries exhausted after {job.attempts} attempts"
+        self._settle(conn, attempt, (posting, delivery, result), "failed", reason,
+                     job_state="dead" if result.outcome == "error" else "done",
+                     event_kind=f"delivery_{result.outcome}", details=details)
+
+    def _revenue(self, conn: apsw.Connection, attempt: Attempt, campaign: Campaign, now_dt: datetime) -> None:
+        if not campaign.delivery.revenue_milestones:
+            return
+        due = milestones_due(campaign.delivery.revenue_milestones, ("delivered",), facts_of(attempt.lead),
+                             value_sets=attempt.settings.value_sets, now=now_dt, today=now_dt.date())
+        lead_store.insert_ledger(conn, attempt.job.tenant_id, attempt.lead.lead_id, attempt.submission.submission_id, [
+            lead_store.LedgerEntry("revenue", m.lead_status, float(m.amount), m.currency, campaign.campaign_id,
+                                   attempt.lead.source_id) for m in due], iso(now_dt))
+
+    def _settle(self, conn: apsw.Connection, attempt: Attempt, outcome: tuple | None, status: str | None,
+                reason: str, *, job_state: str | None, event_kind: str | None = None,
+                details: dict | None = None) -> None:
+        """Write the submission (and the lead, when this is its latest submission) after a step."""
+        tenant_id, now = attempt.job.tenant_id, iso(self.runtime.clock.now())
+        if job_state is not None:
+            jobs.finish(conn, attempt.job.job_id, job_state, now, None if job_state == "done" else reason)
+        submission = lead_store.get_submission(conn, tenant_id, attempt.submission.submission_id) or attempt.submission
+        changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
+        if outcome is not None:
+            posting, delivery, result = outcome
+            changes.update(posting=posting, delivery=delivery, posted_at=posting.posted_at)
+            if result.client_lead_id:
+                changes["client_lead_id"] = result.client_lead_id
+            if result.response_fields:
+                changes["response_fields"] = dict(result.response_fields)
+        if status is not None:
+            changes.update(status=status, result=reason)
+        events = [*attempt.events, event(now, event_kind or status or "update", reason, details=details)]
+        attempt.events = []
+        changes["journey_events"] = [*submission.journey_events, *events]
+        submission = msgspec.structs.replace(submission, **changes)
+        lead_store.update_submission(conn, tenant_id, submission)
+        if status is None:
+            return
+        lead = lead_store.get_lead(conn, tenant_id, attempt.lead.lead_id)
+        if lead is None or lead.submission_count != submission.submission_number:
+            return  # a newer submission owns the lead's status
+        campaign_id = submission.campaign.campaign_id
+        lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+            lead, status=status, campaign_id=campaign_id, client_id=submission.campaign.client_id,
+            offer_id=submission.campaign.offer_id, updated_at=now))
+
+    # ---- deferred evaluation ------------------------------------------------------------------
+
+    async def _evaluate(self, job: jobs.Job) -> None:
+        attempt = self._load(job)
+        now = iso(self.runtime.clock.now())
+        if attempt is None:
+            await self.runtime.db.write(lambda conn: jobs.finish(conn, job.job_id, "dead", now, "lead missing"))
+            return
+        intake = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
+        if intake is None:
+            await self.runtime.db.write(lambda conn: self._settle(
+                conn, attempt, None, "error", "campaign no longer exists", job_state="dead"))
+            return
+        source = next((s for s in intake.ingestion.sources if s.source_id == attempt.lead.source_id), None)
+        evaluation = evaluate(facts_of(attempt.lead), intake, attempt.settings.campaigns, source,
+                              value_sets=attempt.settings.value_sets, today=attempt.now.date(), now=now,
+                              prompt_evaluator=self.registry.prompt_evaluator())
+
+        def unit(conn: apsw.Connection) -> None:
+            attempt.events.extend(evaluation.events)
+            attempt.submission = msgspec.structs.replace(
+                attempt.submission, campaign=snapshot(evaluation.campaign), qualification=evaluation.qualification,
+                routing=evaluation.routing, qualified_at=evaluation.qualification.qualified_at)
+            submission = lead_store.get_submission(conn, job.tenant_id, job.submission_id)
+            if submission is not None:
+                lead_store.update_submission(conn, job.tenant_id, msgspec.structs.replace(
+                    submission, qualification=evaluation.qualification, routing=evaluation.routing,
+                    qualified_at=evaluation.qualification.qualified_at))
+            self._settle(conn, attempt, None, evaluation.status, evaluation.qualification.reason or evaluation.status,
+                         job_state="done", event_kind="evaluated")
+            if evaluation.approval is not None:
+                lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+                if lead is not None:
+                    lead_store.update_lead(conn, job.tenant_id, msgspec.structs.replace(lead, approval=evaluation.approval))
+            if evaluation.status == "qualified":
+                lead_store.insert_job(conn, tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+                                      submission_id=job.submission_id, due_at=now, now=now)
+
+        await self.runtime.db.write(unit)
+        if evaluation.intake_action in ("engage", "workflow"):
+            run_intake_action(self.registry, evaluation.campaign, attempt.lead, job.submission_id, evaluation.intake_action)
+
+
+def run_intake_action(registry: Any, campaign: Campaign, lead: LeadRecord, submission_id: str, action: str) -> None:
+    config = campaign.first_intake_action.engage if action == "engage" else campaign.first_intake_action.workflow
+    errors = registry.call_intake_action(IntakeAction(
+        action=action, lead=facts_of(lead), campaign_id=campaign.campaign_id, submission_id=submission_id,
+        config=msgspec.to_builtins(config) if config is not None else {}))
+    for error in errors:
+        log.error("intake action %s for %s: %s", action, lead.lead_id, error)

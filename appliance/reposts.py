@@ -1,0 +1,319 @@
+"""POST /api/v1/leads/{leadId}/repost and /deliver (interface 3, 4.10, 4.11; CONTRACT 4 "Repost",
+"Deliver"). Each request is one write unit: the lead is read, checked and updated, the new
+submission inserted and its delivery job created in the same transaction, so two concurrent
+reposts of one lead give one 201 and one 409. Sending is the job loop's work: these only create
+`deliver` job rows.
+
+Order of answers: unknown lead (or another tenant's) 404, then a body reference that does not
+resolve 400 (VALIDATION_ERROR naming the field), then the lead's state 409 (INVALID_STATE).
+
+Repost (lead status failed, rejected or error; anything else 409 naming the status):
+- Simple retry (no modifiedPayload, no campaignId): a new `repost` submission for the campaign of
+  the last submission (still existing, active and not archived, else 409: use a modified retry),
+  qualification skipped (`qualification.method` "skipped"), status qualified, a deliver job.
+  `deliveryInfo.deliveryEndpointId` names another delivery endpoint of the tenant for this one
+  delivery. It is recorded in the details of the submission's `repost` journey event
+  (`{"deliveryEndpointId": ...}`); the delivery worker reads it with `endpoint_override`.
+  `deliveryInfo` is honoured by a modified retry as well.
+- Modified retry (modifiedPayload, which then needs campaignId; campaignId alone means a
+  modified retry with no changes, i.e. re-qualification against that campaign): the payload
+  (submit body field names, without leadId and campaignId) is merged into the lead as a
+  resubmission would be (names re-normalized, field library rules checked; problems are named
+  `modifiedPayload.<field>`), then the lead is qualified against campaignId only.
+  Disqualified: the submission and the lead become disqualified, no job (requiresQualification
+  is still true: the answer says re-qualification happened, not that it passed).
+- A pending approval refuses a repost (409: decide it first). A rejected approval is overridden:
+  reposting is the operator's explicit decision to send the lead, so when the repost schedules a
+  delivery the approval becomes `approved`, decidedBy the caller's key id, and an
+  `approval_approved` journey event says it came from the repost.
+
+Deliver (body {campaignId}): a new `manual_delivery` submission, routingMethod `manual`,
+qualification against that campaign then a deliver job when it passes; disqualified: the
+submission and lead become disqualified, no job. Refused (409) when the approval is pending or
+rejected (interface 4.11), when the lead is already delivered, and while processing of the lead
+is under way (pending: the engine has not run yet; qualified or queued: a delivery is scheduled),
+since a second submission would race it and could deliver twice. Every other status (new,
+pending_action, disqualified, duplicate, failed, rejected with the approval reset, error) may be
+delivered manually.
+
+Both manual flows are human decisions: no routing, no fallback campaigns (the caller chose the
+campaign), the campaign's first intake action does not hold the lead again and a review-severity
+rule does not hold it either (recorded as a `review_waived` event); disqualifying rules still
+apply. Ingestion-only steps (source caps, source TCPA attestation, dedupe, cost milestones) are
+not run again: the lead was ingested already. A delivery already running for the lead (job state
+running) refuses both with 409; ready or held jobs of the last submission are cancelled."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import apsw
+import msgspec
+from msgspec import Meta
+
+from appliance.clock import iso
+from appliance.domain.campaign import Campaign
+from appliance.domain.lead import (
+    REPOSTABLE, Address, Approval, JourneyEvent, LeadRecord, QualificationOutcome, QuestionAnswer, RoutingOutcome,
+    Submission,
+)
+from appliance.domain.pipeline import evaluate, event, snapshot, usable
+from appliance.domain.submission import (
+    MAX_FILES, MAX_OBJECT_KEYS, MAX_QUESTIONNAIRE, SubmitLead, build_lead, facts_of, field_library_problems,
+)
+from appliance.errors import InvalidState, NotFound, ValidationFailed
+from appliance.ids import new_id
+from appliance.model import Model
+from appliance.runtime import Runtime
+from appliance.storage import catalog
+from appliance.storage import leads as lead_store
+from appliance.tenant_settings import TenantSettings
+
+CampaignId = Annotated[str, Meta(min_length=1, max_length=64)]
+REPOST_EVENT = "repost"
+# Lead statuses a manual delivery refuses: done, or processing under way that it would race.
+NOT_DELIVERABLE = {"delivered": "already delivered",
+                   "pending": "still waiting for the engine to evaluate it",
+                   "qualified": "already scheduled for delivery",
+                   "queued": "already queued for delivery"}
+
+
+class DeliveryInfo(Model):
+    delivery_endpoint_id: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
+
+
+class ModifiedPayload(Model):
+    """SubmitLead's lead data fields (every one but leadId and campaignId), same rules."""
+
+    first_name: Annotated[str, Meta(max_length=100)] | None = None
+    last_name: Annotated[str, Meta(max_length=100)] | None = None
+    email: Annotated[str, Meta(max_length=254)] | None = None
+    phone: Annotated[str, Meta(min_length=10, max_length=32)] | None = None
+    address: Address | None = None
+    date_of_birth: Annotated[str, Meta(max_length=10)] | None = None
+    country: Annotated[str, Meta(pattern="^[A-Z]{2}$")] | None = None
+    files: Annotated[list[dict[str, Any]], Meta(max_length=MAX_FILES)] | None = None
+    questionnaire: (Annotated[dict[str, Any], Meta(max_length=MAX_QUESTIONNAIRE)]
+                    | Annotated[list[QuestionAnswer], Meta(max_length=MAX_QUESTIONNAIRE)]) = {}
+    attribution: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
+    compliance: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
+    is_test: bool | None = None
+    timezone: Annotated[str, Meta(max_length=64)] | None = None
+    notes: Annotated[str, Meta(max_length=10_000)] | None = None
+    custom_fields: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
+
+
+class RepostBody(Model):
+    delivery_info: DeliveryInfo | None = None
+    modified_payload: ModifiedPayload | None = None
+    campaign_id: CampaignId | None = None
+
+
+class RepostResult(Model):
+    new_submission_id: str
+    lead_id: str
+    requires_qualification: bool
+
+
+class DeliverBody(Model):
+    campaign_id: CampaignId
+
+
+class DeliverResult(Model):
+    new_submission_id: str
+    lead_id: str
+
+
+def endpoint_override(submission: Submission) -> str | None:
+    """The delivery endpoint a repost named for this submission (deliveryInfo), or None: the
+    campaign's own endpoint."""
+    for item in reversed(submission.journey_events):
+        if item.type == REPOST_EVENT and item.details and item.details.get("deliveryEndpointId"):
+            return item.details["deliveryEndpointId"]
+    return None
+
+
+# ---- shared steps --------------------------------------------------------------------------------
+
+def _campaign(settings: TenantSettings, campaign_id: str) -> Campaign:
+    campaign = settings.campaigns.get(campaign_id)
+    if campaign is None:
+        raise ValidationFailed(["campaignId: unknown campaign"])
+    if not usable(campaign):
+        raise ValidationFailed(["campaignId: campaign is inactive or archived"])
+    return campaign
+
+
+def _lead(conn: apsw.Connection, tenant_id: str, lead_id: str) -> LeadRecord:
+    lead = lead_store.get_lead(conn, tenant_id, lead_id)
+    if lead is None:
+        raise NotFound()
+    return lead
+
+
+def _refuse_running_delivery(conn: apsw.Connection, tenant_id: str, lead_id: str) -> None:
+    running = conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1",
+                           (tenant_id, lead_id)).fetchone()
+    if running is not None:
+        raise InvalidState(["lead: a delivery attempt is running for this lead; try again when it ends"])
+
+
+def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSettings, now_dt, now: str
+                      ) -> tuple[str, QualificationOutcome, RoutingOutcome, list[JourneyEvent]]:
+    """Qualification against `campaign` alone: no routing, no fallback, no first intake action,
+    a review hold waived. Status qualified or disqualified."""
+    chosen = msgspec.structs.replace(
+        campaign, first_intake_action=msgspec.structs.replace(campaign.first_intake_action, enabled=False),
+        qualification=msgspec.structs.replace(campaign.qualification, fallback_campaigns=[]))
+    found = evaluate(facts_of(lead), chosen, settings.campaigns, None, value_sets=settings.value_sets,
+                     today=now_dt.date(), now=now, route=False)
+    events = [e for e in found.events if e.type != "held_for_review"]
+    status = found.status
+    if status == "pending_action":  # only a review-severity rule can hold here
+        status = "qualified"
+        events.append(event(now, "review_waived", found.qualification.reason, campaign,
+                            {"why": "a manual repost or delivery is itself the human decision"}))
+    if campaign.first_intake_action.enabled and status == "qualified":
+        events.append(event(now, "first_intake_action_skipped", campaign.first_intake_action.action, campaign,
+                            {"why": "a manual repost or delivery is itself the human decision"}))
+    return status, found.qualification, found.routing, events
+
+
+def _store(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Submission | None, *,
+           campaign: Campaign, status: str, flow_type: str, qualification: QualificationOutcome,
+           routing: RoutingOutcome, events: list[JourneyEvent], approval: Approval | None, now: str,
+           names_changed: bool = False) -> str:
+    """The new submission, the lead's new state and (qualified) the deliver job."""
+    if previous is not None:
+        lead_store.cancel_open_jobs(conn, previous.submission_id, now)
+    number = max(lead.submission_count, previous.submission_number if previous else 0) + 1
+    if status == "qualified":
+        events.append(event(now, "delivery_scheduled", None, campaign))
+    client, offer = campaign.client, campaign.offer
+    submission = Submission(
+        submission_id=new_id("sub"), lead_id=lead.lead_id, submission_number=number, campaign=snapshot(campaign),
+        status=status, qualification=qualification, routing=routing,
+        result=qualification.reason if status == "disqualified" else None,
+        journey_events=events, flow_type=flow_type, submitted_at=now,
+        qualified_at=now if status == "qualified" else None, created_at=now, updated_at=now)
+    lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+        lead, status=status, campaign_id=campaign.campaign_id, client_id=client.client_id if client else None,
+        offer_id=offer.offer_id if offer else None, approval=approval, submission_count=number, updated_at=now,
+    ), names_changed=names_changed)
+    lead_store.insert_submission(conn, tenant_id, submission)
+    if status == "qualified":
+        lead_store.insert_job(conn, tenant_id=tenant_id, kind="deliver", lead_id=lead.lead_id,
+                              submission_id=submission.submission_id, due_at=now, now=now)
+    return submission.submission_id
+
+
+# ---- repost ----------------------------------------------------------------------------------
+
+async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
+                 body: RepostBody) -> RepostResult:
+    if body.modified_payload is not None and body.campaign_id is None:
+        raise ValidationFailed(["campaignId: required with modifiedPayload"])
+    modified = body.campaign_id is not None
+    endpoint_id = body.delivery_info.delivery_endpoint_id if body.delivery_info else None
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
+    region = runtime.config.defaults.region
+
+    def unit(conn: apsw.Connection) -> RepostResult:
+        stored = _lead(conn, tenant_id, lead_id)
+        problems: list[str] = []
+        target = None
+        if modified:
+            try:
+                target = _campaign(settings, body.campaign_id)
+            except ValidationFailed as exc:
+                problems += exc.details or []
+        if endpoint_id is not None and endpoint_id not in catalog.doc_ids(conn, catalog.DELIVERY_ENDPOINTS, tenant_id):
+            problems.append("deliveryInfo.deliveryEndpointId: unknown delivery endpoint")
+        lead = stored
+        if modified and body.modified_payload is not None:
+            payload = body.modified_payload
+            merged = SubmitLead(campaign_id=body.campaign_id,
+                                **{name: getattr(payload, name) for name in payload.__struct_fields__})
+            lead, found = build_lead(merged, lead_id=stored.lead_id, existing=stored, labels=settings.labels,
+                                     region=region, now=now)
+            found += field_library_problems(facts_of(lead), settings.checked_fields, now_dt.date())
+            problems += [f"modifiedPayload.{p}" for p in found]
+        if problems:
+            raise ValidationFailed(problems)
+
+        if stored.status not in REPOSTABLE:
+            raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected or error leads "
+                                "can be reposted"])
+        if stored.approval is not None and stored.approval.status == "pending":
+            raise InvalidState(["approval: the lead's approval is pending; decide it first"])
+        _refuse_running_delivery(conn, tenant_id, lead_id)
+        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
+        details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,
+                                   "previousStatus": stored.status,
+                                   "previousSubmissionId": previous.submission_id if previous else None}
+        if endpoint_id is not None:
+            details["deliveryEndpointId"] = endpoint_id
+
+        if target is None:  # simple retry
+            campaign_id = previous.campaign.campaign_id if previous else stored.campaign_id
+            target = settings.campaigns.get(campaign_id) if campaign_id else None
+            if not usable(target):
+                raise InvalidState([f"campaign: {campaign_id or 'the last campaign'} of the last submission is not "
+                                    "an active campaign; repost with modifiedPayload and campaignId"])
+            events = [event(now, REPOST_EVENT, f"simple retry after {stored.status}", target, details)]
+            status = "qualified"
+            qualification = QualificationOutcome(passed=True, method="skipped",
+                                                 reason="simple retry: qualification skipped", qualified_at=now)
+            routing = RoutingOutcome(was_routed=False, original_campaign_id=target.campaign_id,
+                                     routing_method="original", routing_reason="simple retry of the last campaign",
+                                     routing_evaluated_at=now)
+        else:
+            events = [event(now, REPOST_EVENT, f"modified retry after {stored.status}", target, details)]
+            status, qualification, routing, found_events = _qualify_manually(lead, target, settings, now_dt, now)
+            events += found_events
+
+        approval = lead.approval
+        if status == "qualified" and approval is not None and approval.status == "rejected":
+            approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=key_id,
+                                reason="approved by repost")
+            events.append(event(now, "approval_approved", "repost overrides the rejection", target,
+                                {"decidedBy": key_id, "previous": "rejected", "via": "repost"}))
+        submission_id = _store(conn, tenant_id, lead, previous, campaign=target, status=status, flow_type="repost",
+                               qualification=qualification, routing=routing, events=events, approval=approval,
+                               now=now, names_changed=lead is not stored)
+        return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
+
+    return await runtime.db.write(unit)
+
+
+# ---- manual delivery ---------------------------------------------------------------------------
+
+async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
+                  body: DeliverBody) -> DeliverResult:
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
+
+    def unit(conn: apsw.Connection) -> DeliverResult:
+        lead = _lead(conn, tenant_id, lead_id)
+        campaign = _campaign(settings, body.campaign_id)
+        if lead.approval is not None and lead.approval.status in ("pending", "rejected"):
+            raise InvalidState([f"approval: the lead's approval is {lead.approval.status}; "
+                                "a lead with a pending or rejected approval cannot be delivered"])
+        if lead.status in NOT_DELIVERABLE:
+            raise InvalidState([f"status: the lead is {lead.status} ({NOT_DELIVERABLE[lead.status]})"])
+        _refuse_running_delivery(conn, tenant_id, lead_id)
+        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
+        events = [event(now, "manual_delivery", f"manual delivery to {campaign.campaign_id}", campaign,
+                        {"requestedBy": key_id, "previousStatus": lead.status,
+                         "previousSubmissionId": previous.submission_id if previous else None})]
+        status, qualification, routing, found_events = _qualify_manually(lead, campaign, settings, now_dt, now)
+        events += found_events
+        routing = msgspec.structs.replace(routing, routing_method="manual",
+                                          routing_reason=f"manual delivery to {campaign.campaign_id}")
+        submission_id = _store(conn, tenant_id, lead, previous, campaign=campaign, status=status,
+                               flow_type="manual_delivery", qualification=qualification, routing=routing,
+                               events=events, approval=lead.approval, now=now)
+        return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
+
+    return await runtime.db.write(unit)

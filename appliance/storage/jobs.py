@@ -1,0 +1,61 @@
+"""The durable job queue: deliver and evaluate jobs claimed by the worker. State survives
+restarts; a job found `running` at start was interrupted and runs again (at-least-once)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import apsw
+
+
+class Job(NamedTuple):
+    job_id: int
+    tenant_id: str
+    kind: str
+    lead_id: str
+    submission_id: str
+    attempts: int  # including the one just claimed
+
+
+def claim_due(conn: apsw.Connection, now: str, limit: int) -> list[Job]:
+    return [Job(*row) for row in conn.execute(
+        "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1"
+        " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
+        "                  ORDER BY due_at, job_id LIMIT ?2)"
+        " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts",
+        (now, limit),
+    )]
+
+
+def requeue_interrupted(conn: apsw.Connection, now: str) -> int:
+    conn.execute("UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE state = 'running'", (now,))
+    return conn.changes()
+
+
+def reschedule(conn: apsw.Connection, job_id: int, due_at: str, now: str, *, error: str | None = None,
+               keep_attempts: bool = False) -> None:
+    """Back to `ready` at `due_at`. A wait for a window or a cap is not an attempt."""
+    conn.execute(
+        "UPDATE jobs SET state = 'ready', due_at = ?, updated_at = ?, last_error = ?,"
+        " attempts = attempts - ? WHERE job_id = ?",
+        (due_at, now, error, 1 if keep_attempts else 0, job_id),
+    )
+
+
+def finish(conn: apsw.Connection, job_id: int, state: str, now: str, error: str | None = None) -> None:
+    conn.execute("UPDATE jobs SET state = ?, updated_at = ?, last_error = ? WHERE job_id = ?",
+                 (state, now, error, job_id))
+
+
+def job_state(conn: apsw.Connection, job_id: int) -> str | None:
+    found = conn.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+    return found[0] if found else None
+
+
+def next_due(conn: apsw.Connection) -> str | None:
+    found = conn.execute("SELECT min(due_at) FROM jobs WHERE state = 'ready'").fetchone()
+    return found[0] if found else None
+
+
+def open_job_count(conn: apsw.Connection) -> int:
+    return conn.execute("SELECT count(*) FROM jobs WHERE state IN ('ready', 'running')").fetchone()[0]

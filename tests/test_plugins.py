@@ -1,0 +1,427 @@
+"""Plugins through the plugin folder and `appliance plugins`: good plugins load, broken ones (and
+the junk beside them) are reported or ignored, never fatal unless strict; each plugin gets its own
+settings table; the shipped example webhook plugin delivers against a real local HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import shutil
+import socket
+import sys
+import textwrap
+import threading
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import msgspec
+import pytest
+
+from appliance import sdk
+from appliance.config import Config, PluginsConfig, load_config
+from appliance.domain.campaign import Condition
+from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.plugins import BUILTIN_MODULES, PluginError, load_plugins
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def delivery_plugin(adapter_name: str, extra: str = "") -> str:
+    return f"""
+        from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+        class Adapter(DeliveryAdapter):
+            name = {adapter_name!r}
+            {extra}
+            async def deliver(self, request, http):
+                return DeliveryResult(outcome="success")
+
+        @hookimpl
+        def appliance_delivery_adapters(settings):
+            return [Adapter()]
+    """
+
+
+GOOD_KINDS = """
+    from appliance.sdk import PixelPlatform, PixelResult, SmsProvider, SmsResult, hookimpl
+
+    class Sms(SmsProvider):
+        name = "good_sms"
+        async def send(self, message, http):
+            return SmsResult(accepted=True)
+
+    class Pixel(PixelPlatform):
+        name = "good_pixel"
+        async def fire(self, event, http):
+            return PixelResult(success=True)
+
+    @hookimpl
+    def appliance_sms_providers(settings):
+        return [Sms()]
+
+    @hookimpl
+    def appliance_pixel_platforms():  # an implementation may take fewer arguments than the spec
+        return (Pixel(),)
+"""
+
+# plugin name -> (source, what its error must say)
+BROKEN = {
+    "bad_syntax": ("def oops(:\n", "SyntaxError"),
+    "import_error": ("import appliance_no_such_module\n",
+                     "ModuleNotFoundError: No module named 'appliance_no_such_module'"),
+    "raises_on_import": ("raise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    "old_api": (delivery_plugin("old", "api_version = 2"), "plugin API version 2"),
+    "not_a_list": ("""
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_sms_providers(settings):
+            return "twilio"
+    """, "must return a list of adapters, not str"),
+    "not_an_adapter": ("""
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_pixel_platforms(settings):
+            return [object()]
+    """, "returned object, not a PixelPlatform"),
+    "hook_raises": ("""
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_delivery_adapters(settings):
+            raise KeyError("api_key")
+    """, "appliance_delivery_adapters raised KeyError"),
+    "misspelt_hook": ("""
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_delivery_adapter(settings):
+            return []
+    """, "unknown hook 'appliance_delivery_adapter'"),
+    "wrong_argument": ("""
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_delivery_adapters(config):
+            return []
+    """, "PluginValidationError"),
+    "no_deliver": ("""
+        from appliance.sdk import DeliveryAdapter, hookimpl
+        class Lazy(DeliveryAdapter):
+            name = "lazy"
+        @hookimpl
+        def appliance_delivery_adapters(settings):
+            return [Lazy()]
+    """, "does not implement deliver()"),
+    # sorts after good.py, so "good" is taken by then; the whole plugin is skipped
+    "with_duplicate_name": (delivery_plugin("good"), "delivery adapter name 'good' is already registered by plugin 'good'"),
+}
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path) -> Path:
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    return folder
+
+
+def plugin_adapters(report: dict, plugin_dir: Path) -> set[tuple[str, str, str]]:
+    """The adapters that came from the test's plugin folder (built-ins left out)."""
+    return {(a["kind"], a["name"], a["plugin"]) for a in report["adapters"]
+            if a["file"].startswith(str(plugin_dir))}
+
+
+def populate(plugin_dir: Path) -> None:
+    write(plugin_dir, "good.py", delivery_plugin("good"))
+    write(plugin_dir, "kinds.py", GOOD_KINDS)
+    write(plugin_dir, "packaged/__init__.py", """
+        from appliance.sdk import hookimpl
+        from .adapter import Adapter as Packaged
+
+        @hookimpl
+        def appliance_delivery_adapters(settings):
+            return [Packaged()]
+    """)
+    write(plugin_dir, "packaged/adapter.py", delivery_plugin("packaged"))
+    for name, (source, _) in BROKEN.items():
+        write(plugin_dir, f"{name}.py", source)
+    # junk beside real plugins: never loaded, never reported
+    write(plugin_dir, "README.txt", "not a plugin")
+    write(plugin_dir, ".hidden.py", "def broken(:\n")
+    write(plugin_dir, "_private.py", "raise RuntimeError('private modules are not plugins')\n")
+    (plugin_dir / "stale.pyc").write_bytes(b"\x00\x01garbage")
+    write(plugin_dir, "notes/helpers.py", "raise RuntimeError('a folder without __init__ is not a plugin')\n")
+    write(plugin_dir, "__pycache__/good.cpython-312.pyc", "garbage")
+    write(plugin_dir, "has-dash.py", "raise RuntimeError('not an importable name')\n")
+
+
+def test_plugins_lists_good_adapters_and_reports_each_broken_plugin(cli, plugin_dir):
+    populate(plugin_dir)
+    report = cli.json("plugins")
+    assert plugin_adapters(report, plugin_dir) == {
+        ("delivery", "good", "good"), ("delivery", "packaged", "packaged"),
+        ("sms", "good_sms", "kinds"), ("pixel", "good_pixel", "kinds")}
+    by_name = {a["name"]: a for a in report["adapters"]}
+    assert by_name["good"]["file"] == str(plugin_dir / "good.py")
+    assert by_name["packaged"]["file"] == str(plugin_dir / "packaged")
+
+    errors = {e["plugin"]: e for e in report["errors"]}
+    assert set(errors) == set(BROKEN)
+    for name, (_, expected) in BROKEN.items():
+        assert expected in errors[name]["error"], (name, errors[name])
+        assert errors[name]["file"] == str(plugin_dir / f"{name}.py")
+        assert "\n" not in errors[name]["error"]
+    assert report["dirs"] == [str(plugin_dir)]
+
+    text = cli("plugins").stdout
+    assert "good_sms" in text and "error" in text and "bad_syntax" in text
+
+
+def test_strict_makes_a_broken_plugin_fatal(cli, config_file, plugin_dir):
+    write(plugin_dir, "good.py", delivery_plugin("good"))
+    with config_file.open("a") as f:
+        f.write("strict = true\n")  # the [plugins] table is the file's last
+    assert plugin_adapters(cli.json("plugins"), plugin_dir) == {("delivery", "good", "good")}
+
+    write(plugin_dir, "import_error.py", BROKEN["import_error"][0])
+    result = cli("plugins", "--json", expect=1)
+    assert result.stdout == ""
+    assert result.stderr.strip() == (f"error: plugin import_error ({plugin_dir / 'import_error.py'}): "
+                                      "ModuleNotFoundError: No module named 'appliance_no_such_module'")
+    with pytest.raises(PluginError, match="import_error"):
+        load_plugins(load_config(config_file))
+
+
+def test_missing_plugin_folder_is_reported_not_fatal_unless_strict(cli, config_file, tmp_path):
+    report = cli.json("plugins")  # the fixture's folder was never created
+    assert report["errors"] == [{"plugin": None, "file": str(tmp_path / "plugins"),
+                                 "error": f"plugin folder not found (looked in {tmp_path / 'plugins'})"}]
+    with config_file.open("a") as f:
+        f.write("strict = true\n")
+    assert "plugin folder not found" in cli("plugins", expect=1).stderr
+
+
+def test_each_plugin_gets_its_own_settings_table(cli, config_file, plugin_dir):
+    named = """
+        from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+        class Named(DeliveryAdapter):
+            def __init__(self, name):
+                self.name = name
+            async def deliver(self, request, http):
+                return DeliveryResult(outcome="success")
+
+        @hookimpl
+        def appliance_delivery_adapters(settings):
+            return [Named(settings.get("adapter_name", "unset"))]
+    """
+    write(plugin_dir, "named.py", named)
+    write(plugin_dir, "other.py", named)
+    write(plugin_dir, "untabled.py", named)
+    write(plugin_dir, "leaky.py", """
+        from appliance.sdk import hookimpl
+        @hookimpl
+        def appliance_sms_providers(settings):
+            raise ValueError(f"token {settings['token']} was refused")
+    """)
+    with config_file.open("a") as f:
+        f.write('\n[plugins.named]\nadapter_name = "from_named_settings"\n'
+                '\n[plugins.other]\nadapter_name = "from_other_settings"\n'
+                '\n[plugins.leaky]\ntoken = "s3cr3t-token-value"\n')
+    report = cli.json("plugins")
+    assert plugin_adapters(report, plugin_dir) == {
+        ("delivery", "from_named_settings", "named"), ("delivery", "from_other_settings", "other"),
+        ("delivery", "unset", "untabled")}
+    (leak,) = report["errors"]
+    assert leak["plugin"] == "leaky"
+    assert leak["error"] == "appliance_sms_providers raised ValueError: token *** was refused"
+    assert "s3cr3t" not in json.dumps(report)
+
+
+def test_builtin_modules_register_first_like_plugins(monkeypatch, plugin_dir):
+    builtin = types.ModuleType("fake_builtin_adapters")
+    exec(textwrap.dedent(delivery_plugin("http_like")), builtin.__dict__)
+    monkeypatch.setitem(sys.modules, "fake_builtin_adapters", builtin)
+    write(plugin_dir, "clash.py", delivery_plugin("http_like"))
+    config = Config(plugins=PluginsConfig(dirs=[str(plugin_dir)]))
+
+    registry = load_plugins(config, builtin_modules=("fake_builtin_adapters",))
+    assert [(e.kind, e.name, e.plugin) for e in registry.entries] == [("delivery", "http_like", "fake_builtin_adapters")]
+    assert type(registry.delivery_adapter("http_like")) is builtin.Adapter
+    (clash,) = registry.errors
+    assert (clash.name, clash.error) == ("clash", "delivery adapter name 'http_like' is already registered by plugin 'fake_builtin_adapters'")
+    assert registry.delivery_adapter("nope") is None and registry.sms_provider("nope") is None
+    assert registry.pixel_platform("nope") is None
+
+    # the real built-ins load cleanly
+    default = load_plugins(Config(plugins=PluginsConfig(dirs=[])))
+    assert default.errors == []
+    assert [r.name for r in default.load_report] == [m.rsplit(".", 1)[-1] for m in BUILTIN_MODULES]
+
+
+def test_frozen_binary_finds_plugins_next_to_itself(monkeypatch, tmp_path):
+    exe_dir, cwd = tmp_path / "dist", tmp_path / "cwd"
+    write(exe_dir / "plugins", "beside.py", delivery_plugin("beside"))
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "executable", str(exe_dir / "appliance"))
+    config = Config(plugins=PluginsConfig(dirs=["./plugins"]))
+
+    registry = load_plugins(config, builtin_modules=())
+    assert registry.dirs == [exe_dir / "plugins"] and registry.errors == []
+    assert registry.delivery_adapter("beside") is not None
+
+    write(cwd / "plugins", "here.py", delivery_plugin("here"))  # the working directory's folder wins
+    registry = load_plugins(config, builtin_modules=())
+    assert registry.dirs == [cwd / "plugins"] and sorted(registry.delivery_adapters) == ["here"]
+
+    monkeypatch.setattr(sys, "frozen", False)
+    shutil.rmtree(cwd / "plugins")
+    (missing,) = load_plugins(config, builtin_modules=()).errors
+    assert missing.error == f"plugin folder not found (looked in {cwd / 'plugins'})"
+
+
+def test_intake_action_and_prompt_hooks(plugin_dir):
+    write(plugin_dir, "actions.py", """
+        from appliance.sdk import hookimpl
+        SEEN = []
+
+        @hookimpl
+        def appliance_intake_action(action):
+            SEEN.append((action.action, action.submission_id, action.config))
+
+        @hookimpl
+        def appliance_evaluate_prompt(prompt, facts):
+            if prompt == "explode":
+                raise RuntimeError("model unavailable")
+            if prompt == "is the lead a homeowner?":
+                return facts.get("homeowner")
+            return None
+    """)
+    write(plugin_dir, "broken_action.py", """
+        from appliance.sdk import hookimpl
+
+        @hookimpl
+        def appliance_intake_action(action):
+            raise RuntimeError("crm down")
+    """)
+    config = Config(plugins=PluginsConfig(dirs=[str(plugin_dir)]))
+    registry = load_plugins(config, builtin_modules=())
+    action = sdk.IntakeAction(action="engage", lead={"email": "a@example.com"}, campaign_id="C1",
+                              submission_id="S1", config={"channel": "sms"})
+    assert registry.call_intake_action(action) == ["broken_action: RuntimeError: crm down"]
+    assert registry.pm.get_plugin("actions").SEEN == [("engage", "S1", {"channel": "sms"})]
+
+    evaluate = registry.prompt_evaluator()
+    assert evaluate(Condition(prompt="is the lead a homeowner?"), {"homeowner": True}) is True
+    assert evaluate(Condition(prompt="is the lead a homeowner?"), {"homeowner": 0}) is False
+    assert evaluate(Condition(prompt="something else"), {}) is None
+    assert evaluate(Condition(prompt="explode"), {}) is None
+
+    empty = load_plugins(Config(plugins=PluginsConfig(dirs=[])), builtin_modules=())
+    assert empty.prompt_evaluator() is None and empty.call_intake_action(action) == []
+
+
+# ---- the shipped example plugin -----------------------------------------------------------------
+
+class _Buyer(http.server.BaseHTTPRequestHandler):
+    received: list[tuple[str, dict[str, str], bytes]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.append((self.path, dict(self.headers), body))
+        status = int(self.path.rsplit("/", 1)[-1])
+        payload = json.dumps({"id": "buyer-1"} if status < 300 else {"error": "no"}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def buyer() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Buyer)
+    _Buyer.received = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _request(url: str, *, allow_private: bool = True) -> sdk.DeliveryRequest:
+    return sdk.DeliveryRequest(
+        lead={"email": "pat@example.com", "firstName": "Pat"}, submission_id="sub-123", attempt=1,
+        endpoint=DeliveryEndpoint(delivery_endpoint_id="E1", adapter="example_webhook", url=url,
+                                  headers={"X-Endpoint": "e1"}, timeout_seconds=2),
+        secrets={}, settings={}, allow_private_addresses=allow_private)
+
+
+def test_example_webhook_plugin_loads_and_delivers(cli, config_file, plugin_dir, buyer):
+    shutil.copy(ROOT / "plugins" / "example_webhook.py", plugin_dir)
+    with config_file.open("a") as f:
+        f.write('\n[plugins.example_webhook]\nheaders = { X-Static = "yes" }\n')
+    report = cli.json("plugins")
+    assert plugin_adapters(report, plugin_dir) == {("delivery", "example_webhook", "example_webhook")}
+    assert report["errors"] == []
+
+    adapter = load_plugins(load_config(config_file)).delivery_adapter("example_webhook")
+    assert adapter is not None and adapter.api_version == sdk.API_VERSION
+
+    async def deliver_all() -> dict[str, sdk.DeliveryResult]:
+        async with httpx.AsyncClient() as http:
+            cases = {str(code): _request(f"{buyer}/status/{code}") for code in (200, 400, 409, 500)}
+            cases["refused"] = _request(f"http://127.0.0.1:{_closed_port()}/status/200")
+            cases["private"] = _request(f"{buyer}/status/200", allow_private=False)
+            return {name: await adapter.deliver(req, http) for name, req in cases.items()}
+
+    results = asyncio.run(deliver_all())
+    assert {name: r.outcome for name, r in results.items()} == {
+        "200": "success", "400": "failure", "409": "duplicate", "500": "error",
+        "refused": "error", "private": "failure"}
+    assert results["200"].client_lead_id == "buyer-1" and results["200"].status_code == 200
+    assert results["500"].reason == "HTTP 500" and results["refused"].reason.startswith("connection failed")
+    assert results["private"].reason == "private address refused"
+
+    assert [path for path, _, _ in _Buyer.received] == ["/status/200", "/status/400", "/status/409", "/status/500"]
+    _, headers, body = _Buyer.received[0]
+    assert headers["Idempotency-Key"] == "sub-123"
+    assert headers["X-Static"] == "yes" and headers["X-Endpoint"] == "e1"
+    assert msgspec.json.decode(body) == {"email": "pat@example.com", "firstName": "Pat"}
+
+
+def test_example_webhook_refuses_unknown_settings(cli, config_file, plugin_dir):
+    shutil.copy(ROOT / "plugins" / "example_webhook.py", plugin_dir)
+    with config_file.open("a") as f:
+        f.write('\n[plugins.example_webhook]\nurll = "https://typo.example"\n')
+    (error,) = cli.json("plugins")["errors"]
+    assert error["plugin"] == "example_webhook"
+    assert error["error"] == ("appliance_delivery_adapters raised ValidationError: "
+                              "Object contains unknown field `urll`")
+
+
+def test_every_hookspec_has_a_test():
+    # datasette style: adding a hook to sdk.HookSpecs without a test here fails this test.
+    source = Path(__file__).read_text()
+    hooks = [name for name in vars(sdk.HookSpecs) if name.startswith("appliance_")]
+    assert len(hooks) >= 5
+    assert [h for h in hooks if h not in source] == []
