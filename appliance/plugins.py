@@ -40,6 +40,7 @@ log = logging.getLogger("appliance.plugins")
 # `[plugins.<that name>]` table). To add a built-in: write a module under appliance/adapters/
 # with `@sdk.hookimpl` functions for the adapter hooks and list it here.
 BUILTIN_MODULES: tuple[str, ...] = (
+    "appliance.adapters.http_delivery",   # delivery adapter "http"
 )
 
 # Package under which plugin files are imported; it exists only in sys.modules.
@@ -108,6 +109,14 @@ class Registry:
 
     def pixel_platform(self, name: str) -> sdk.PixelPlatform | None:
         return self.pixel_platforms.get(name)
+
+    def adapter_settings(self, kind: str, name: str) -> dict:
+        """The `[plugins.<plugin>]` table of the plugin that provides adapter `name` of `kind`
+        (what `DeliveryRequest.settings` etc. should carry); empty when unknown."""
+        for entry in self.entries:
+            if entry.kind == kind and entry.name == name:
+                return dict(self._tables.get(entry.plugin, {}))
+        return {}
 
     @property
     def errors(self) -> list[PluginReport]:

@@ -243,6 +243,10 @@ def test_each_plugin_gets_its_own_settings_table(cli, config_file, plugin_dir):
     assert leak["error"] == "appliance_sms_providers raised ValueError: token *** was refused"
     assert "s3cr3t" not in json.dumps(report)
 
+    registry = load_plugins(load_config(config_file))
+    assert registry.adapter_settings("delivery", "from_other_settings") == {"adapter_name": "from_other_settings"}
+    assert registry.adapter_settings("delivery", "unset") == {} == registry.adapter_settings("sms", "nope")
+
 
 def test_builtin_modules_register_first_like_plugins(monkeypatch, plugin_dir):
     builtin = types.ModuleType("fake_builtin_adapters")
@@ -259,10 +263,11 @@ def test_builtin_modules_register_first_like_plugins(monkeypatch, plugin_dir):
     assert registry.delivery_adapter("nope") is None and registry.sms_provider("nope") is None
     assert registry.pixel_platform("nope") is None
 
-    # the real built-ins load cleanly
+    # the real built-ins load cleanly, the same way
     default = load_plugins(Config(plugins=PluginsConfig(dirs=[])))
     assert default.errors == []
     assert [r.name for r in default.load_report] == [m.rsplit(".", 1)[-1] for m in BUILTIN_MODULES]
+    assert default.delivery_adapter("http") is not None
 
 
 def test_frozen_binary_finds_plugins_next_to_itself(monkeypatch, tmp_path):

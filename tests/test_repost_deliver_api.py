@@ -491,7 +491,10 @@ def test_bad_deliver_body_is_a_validation_error(api, runtime, tenant, body, expe
 
 def test_deliver_with_no_body_is_a_validation_error(api, runtime, tenant):
     data = accepted(api, tenant, person("EN1"))
-    assert error_details(deliver(api, tenant, data["leadId"], ..., expect=400)) == ["body: a JSON object is required"]
+    response = api.post(f"/api/v1/leads/{data['leadId']}/deliver", content=b"",
+                        headers={**tenant.headers, "Content-Type": "application/json"})
+    assert response.status_code == 400
+    assert error_details(response.json()) == ["body: a JSON object is required"]
 
 
 def test_deliver_an_unknown_or_other_tenants_lead_is_404(api, runtime, tenant, other):

@@ -1,0 +1,279 @@
+"""The delivery worker end to end: submit over HTTP, the job loop delivers through an adapter
+dropped into the plugin folder (scripted by the lead's customFields.script), outcomes and
+statuses land on the lead and its submission. Time is moved with a fake clock."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+
+import pytest
+from litestar.testing import TestClient
+
+from appliance.app import create_app
+from appliance.runtime import Runtime
+from appliance.storage import leads as lead_store
+from tests.bundles import campaign
+from tests.conftest import make_tenant
+from tests.test_submit_support import FakeClock
+
+# Tuesday 2026-03-10 15:00 UTC = 11:00 in New York.
+START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
+
+SCRIPTED = '''
+from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+CALLS = []
+
+class Scripted(DeliveryAdapter):
+    name = "scripted"
+
+    async def deliver(self, request, http):
+        CALLS.append((request.submission_id, request.attempt))
+        script = (request.lead.get("customFields") or {}).get("script", "success").split(",")
+        step = script[min(request.attempt - 1, len(script) - 1)]
+        if step == "raise":
+            raise RuntimeError("adapter bug")
+        return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),
+                              client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
+                              message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
+
+@hookimpl
+def appliance_delivery_adapters(settings):
+    return [Scripted()]
+'''
+
+
+def endpoint(endpoint_id: str = "ep", **extra) -> dict:
+    return {"deliveryEndpointId": endpoint_id, "adapter": "scripted", "url": "https://buyer.example.com/in",
+            "retry": {"maxAttempts": 3, "backoffSeconds": [10, 60]}, **extra}
+
+
+@pytest.fixture
+def clock(runtime: Runtime, tmp_path) -> FakeClock:
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
+    fake = FakeClock(START)
+    runtime.clock = fake
+    return fake
+
+
+@pytest.fixture
+def live(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
+    app = create_app(runtime)
+    app.state.worker.poll_seconds = 0.05
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.app_state = app.state
+        yield client
+
+
+_n = iter(range(10_000, 99_999))
+
+
+def lead_body(code: str, script: str = "success", **extra) -> dict:
+    n = next(_n)
+    return {"campaignId": code, "firstName": "Ann", "lastName": f"Lee{n}", "email": f"ann{n}@example.com",
+            "phone": f"+1415555{n % 10_000:04d}", "customFields": {"script": script}, **extra}
+
+
+def submit(client: TestClient, tenant, body: dict) -> dict:
+    response = client.post("/api/v1/leads/submit", json=body, headers=tenant.headers)
+    assert response.status_code == 201, response.text
+    return response.json()["data"]
+
+
+def lead_of(client: TestClient, tenant, lead_id: str) -> dict:
+    return client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]
+
+
+def wait_for(client: TestClient, tenant, lead_id: str, predicate: Callable[[dict], bool], timeout: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        lead = lead_of(client, tenant, lead_id)
+        if predicate(lead):
+            return lead
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; lead is {lead['status']}: {lead['submissions'][-1]['journeyEvents'][-3:]}")
+        client.app_state.worker.wake()
+        time.sleep(0.02)
+
+
+def status_is(*statuses: str) -> Callable[[dict], bool]:
+    return lambda lead: lead["status"] in statuses
+
+
+def jobs(runtime, submission_id) -> list[tuple]:
+    return lead_store.jobs_of(runtime.db.reader(), submission_id)
+
+
+def test_qualified_lead_is_delivered_with_outcome_and_revenue(live, runtime):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Deliver", delivery={"deliveryEndpointId": "ep", "revenueMilestones": [
+            {"leadStatus": "delivered", "amount": 40, "currency": "USD"}]})]})
+    data = submit(live, tenant, lead_body("DL1"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    submission = lead["submissions"][0]
+    assert submission["status"] == "delivered"
+    assert submission["delivery"]["success"] is True and submission["delivery"]["statusCode"] == 200
+    assert submission["posting"]["success"] is True and submission["clientLeadId"] == "buyer-1"
+    assert submission["responseFields"] == {"echo": "ep"}
+    assert submission["journeyEvents"][-1]["type"] == "delivered"
+    assert jobs(runtime, data["submissionId"]) == [("deliver", "done", jobs(runtime, data["submissionId"])[0][2])]
+    assert lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, data["leadId"]) == [
+        ("revenue", "delivered", 40.0, "USD", "DL1", None)]
+
+
+def test_buyer_refusal_fails_without_retry(live, runtime):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    for script in ("failure", "duplicate"):
+        data = submit(live, tenant, lead_body("DL1", script))
+        lead = wait_for(live, tenant, data["leadId"], status_is("failed"))
+        assert lead["submissions"][0]["delivery"]["success"] is False
+        assert [state for _, state, _ in jobs(runtime, data["submissionId"])] == ["done"]
+        assert lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, data["leadId"]) == []
+
+
+def test_errors_retry_on_the_backoff_then_deliver(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    data = submit(live, tenant, lead_body("DL1", "error,raise,success"))
+    lead = wait_for(live, tenant, data["leadId"],
+                    lambda l: l["submissions"][0]["journeyEvents"][-1]["type"] == "delivery_error")
+    assert lead["status"] == "qualified"
+    (kind, state, due), = jobs(runtime, data["submissionId"])
+    assert (state, due) == ("ready", "2026-03-10T15:00:10.000Z")  # first backoff: 10 s
+    clock.advance(seconds=11)
+    # the adapter raising is an error too, retried after the second backoff step (60 s)
+    wait_for(live, tenant, data["leadId"], lambda l: jobs(runtime, data["submissionId"])[0][2] == "2026-03-10T15:01:11.000Z")
+    clock.advance(seconds=61)
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert lead["submissions"][0]["clientLeadId"] == "buyer-3"
+
+
+def test_errors_exhaust_retries_then_fail(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(retry={"maxAttempts": 2, "backoffSeconds": [5]})],
+                                        "campaigns": [campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    data = submit(live, tenant, lead_body("DL1", "error"))
+    wait_for(live, tenant, data["leadId"], lambda l: jobs(runtime, data["submissionId"])[0][1] == "ready"
+             and l["submissions"][0]["journeyEvents"][-1]["type"] == "delivery_error")
+    clock.advance(seconds=6)
+    lead = wait_for(live, tenant, data["leadId"], status_is("failed"))
+    assert "retries exhausted after 2 attempts" in lead["submissions"][0]["result"]
+    assert [state for _, state, _ in jobs(runtime, data["submissionId"])] == ["dead"]
+
+
+def test_daily_delivery_limit_queues_until_the_next_local_day(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Deliver", delivery={"deliveryEndpointId": "ep", "deliveryLimits": [{"cap": 1, "type": "daily"}],
+                                    "deliverySchedule": {"timezone": "America/New_York"}})]})
+    first = submit(live, tenant, lead_body("DL1"))
+    wait_for(live, tenant, first["leadId"], status_is("delivered"))
+    second = submit(live, tenant, lead_body("DL1"))
+    lead = wait_for(live, tenant, second["leadId"], status_is("queued"))
+    assert "daily delivery limit of 1 reached" in lead["submissions"][0]["result"]
+    # New York midnight after 2026-03-10 is 04:00 UTC on the 11th (daylight time)
+    assert jobs(runtime, second["submissionId"])[0][1:] == ("ready", "2026-03-11T04:00:00.000Z")
+    clock.set(datetime(2026, 3, 11, 4, 0, 1, tzinfo=UTC))
+    wait_for(live, tenant, second["leadId"], status_is("delivered"))
+
+
+def test_schedule_queues_outside_the_window_and_releases_in_order(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Deliver", delivery={"deliveryEndpointId": "ep", "deliverySchedule": {
+            "timezone": "America/New_York",
+            "specificDays": [{"day": "Tuesday", "startTime": "12:00", "endTime": "13:00"}]}})]})
+    ids = [submit(live, tenant, lead_body("DL1"))["leadId"] for _ in range(3)]
+    for lead_id in ids:
+        wait_for(live, tenant, lead_id, status_is("queued"))
+    clock.set(datetime(2026, 3, 10, 16, 0, 0, tzinfo=UTC))  # 12:00 in New York: the window opens
+    delivered = [wait_for(live, tenant, lead_id, status_is("delivered")) for lead_id in ids]
+    times = [lead["submissions"][0]["delivery"]["deliveredAt"] for lead in delivered]
+    assert times == sorted(times)
+
+
+def test_next_priority_sends_to_a_fallback_campaign_with_room(live, runtime):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(), endpoint("ep2")], "campaigns": [
+        campaign("DL1", "Full", qualification={"fallbackCampaigns": ["DL2"]},
+                 delivery={"deliveryEndpointId": "ep",
+                           "deliveryLimits": [{"cap": 0, "type": "daily", "action": "next_priority"}]}),
+        campaign("DL2", "Spare", delivery={"deliveryEndpointId": "ep2"})]})
+    data = submit(live, tenant, lead_body("DL1"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert lead["campaignId"] == "DL2"
+    submission = lead["submissions"][0]
+    assert submission["campaign"]["campaignId"] == "DL2"
+    assert submission["responseFields"] == {"echo": "ep2"}
+    assert any(e["type"] == "rerouted_for_delivery" for e in submission["journeyEvents"])
+
+
+def test_route_action_sends_to_the_named_campaign(live, runtime):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(), endpoint("ep3")], "campaigns": [
+        campaign("DL1", "Closed", delivery={"deliveryEndpointId": "ep", "deliverySchedule": {
+            "timezone": "UTC", "action": "route", "routeToCampaignId": "DL3",
+            "specificDays": [{"day": "Sunday", "startTime": "00:00", "endTime": "01:00"}]}}),
+        campaign("DL3", "Open", delivery={"deliveryEndpointId": "ep3"})]})
+    data = submit(live, tenant, lead_body("DL1"))
+    assert wait_for(live, tenant, data["leadId"], status_is("delivered"))["campaignId"] == "DL3"
+
+
+def test_delivery_time_rules_and_tcpa_policy_disqualify_before_sending(live, runtime):
+    no_gmail = {"name": "No gmail at delivery", "appliesAt": "delivery", "subRules": [{"conditions": [
+        {"field": "email", "operator": "ends_with", "value": ["@gmail.com"]}]}]}
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("DL1", "Rules", qualification={"rules": [no_gmail]}, delivery={"deliveryEndpointId": "ep"}),
+        campaign("DL2", "Tcpa", qualification={"tcpaPolicy": {"deliveryPolicy": {"required": True}}},
+                 delivery={"deliveryEndpointId": "ep"})]})
+    gmail = submit(live, tenant, lead_body("DL1", email="someone@gmail.com"))
+    assert gmail["status"] == "qualified"  # delivery rules do not run at intake
+    lead = wait_for(live, tenant, gmail["leadId"], status_is("disqualified"))
+    assert "No gmail at delivery" in lead["submissions"][0]["result"]
+    no_consent = submit(live, tenant, lead_body("DL2"))
+    lead = wait_for(live, tenant, no_consent["leadId"], status_is("disqualified"))
+    assert "TCPA" in lead["submissions"][0]["result"]
+    consent = submit(live, tenant, lead_body("DL2", compliance={"tcpaConsent": True,
+                                                                 "consentTimestamp": "2026-03-10T14:00:00Z"}))
+    wait_for(live, tenant, consent["leadId"], status_is("delivered"))
+
+
+def test_unknown_adapter_and_missing_endpoint(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(adapter="nope", retry={"maxAttempts": 1})],
+                                        "campaigns": [campaign("DL1", "Bad adapter", delivery={"deliveryEndpointId": "ep"}),
+                                                      campaign("DL2", "No endpoint")]})
+    bad = submit(live, tenant, lead_body("DL1"))
+    lead = wait_for(live, tenant, bad["leadId"], status_is("failed"))
+    assert "no delivery adapter named 'nope'" in lead["submissions"][0]["result"]
+    none = submit(live, tenant, lead_body("DL2"))
+    lead = wait_for(live, tenant, none["leadId"], status_is("failed"))
+    assert "no delivery endpoint" in lead["submissions"][0]["result"]
+
+
+def test_short_circuited_submission_is_evaluated_by_the_job_loop(live, runtime):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Quick", ingestion={"sources": [{"sourceId": "fast", "shortCircuitSyncEvaluation": True}]},
+        delivery={"deliveryEndpointId": "ep"})]})
+    from appliance import tenancy
+
+    key = tenancy.create_key(runtime, tenant.tenant_id, source_id="fast").key
+    response = live.post("/api/v1/leads/submit", json=lead_body("DL1"), headers={"X-API-Key": key})
+    data = response.json()["data"]
+    assert data["status"] == "pending"
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert lead["submissions"][0]["qualification"]["passed"] is True
+
+
+def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    with TestClient(create_app(runtime, background=False)) as offline:
+        waiting = submit(offline, tenant, lead_body("DL1"))
+        interrupted = submit(offline, tenant, lead_body("DL1"))
+    runtime.db.write_sync(lambda conn: conn.execute(
+        "UPDATE jobs SET state = 'running' WHERE submission_id = ?", (interrupted["submissionId"],)))
+    app = create_app(runtime)
+    app.state.worker.poll_seconds = 0.05
+    with TestClient(app) as client:
+        client.app_state = app.state
+        for data in (waiting, interrupted):
+            wait_for(client, tenant, data["leadId"], status_is("delivered"))
