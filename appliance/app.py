@@ -68,13 +68,14 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued)."""
     registry = registry if registry is not None else load_plugins(runtime.config)
     settings = SettingsCache(runtime.db)
-    worker = DeliveryWorker(runtime, settings, registry)
+    worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         stop = asyncio.Event()
-        tasks = [asyncio.create_task(run_ticker(runtime, stop)), asyncio.create_task(worker.run(stop))] \
-            if background else []
+        tasks = [asyncio.create_task(run_ticker(runtime, stop))] if background else []
+        if background and runtime.config.delivery.concurrency > 0:
+            tasks.append(asyncio.create_task(worker.run(stop)))
         try:
             yield
         finally:

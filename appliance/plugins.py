@@ -150,7 +150,7 @@ class Registry:
             try:
                 verdict = hook(prompt=condition.prompt or "", facts=dict(facts))
             except Exception as exc:  # no verdict: the condition is skipped
-                log.warning("prompt evaluator failed: %s", _one_line(exc))
+                log.warning("prompt evaluator failed: %s", _redact(_one_line(exc), self._tables))
                 return None
             return None if verdict is None else bool(verdict)
 

@@ -1,8 +1,10 @@
 """POST /api/v1/leads/{leadId}/repost and /deliver (interface 3, 4.10, 4.11; CONTRACT 4 "Repost",
-"Deliver"). Each request is one write unit: the lead is read, checked and updated, the new
-submission inserted and its delivery job created in the same transaction, so two concurrent
-reposts of one lead give one 201 and one 409. Sending is the job loop's work: these only create
-`deliver` job rows.
+"Deliver"). The lead is read and checked, and qualification runs, on a read snapshot (a prompt
+evaluator plugin may be slow: it must not hold the single writer); then one write unit checks
+that the lead and its last submission are still as read (else 409: a concurrent repost,
+approve or delivery got there first) and writes the lead, the new submission and its deliver
+job together. Two concurrent reposts of one lead give one 201 and one 409. Sending is the job
+loop's work: these only create `deliver` job rows (and wake the loop).
 
 Order of answers: unknown lead (or another tenant's) 404, then a body reference that does not
 resolve 400 (VALIDATION_ERROR naming the field), then the lead's state 409 (INVALID_STATE).
@@ -13,7 +15,8 @@ Repost (lead status failed, rejected or error; anything else 409 naming the stat
   qualification skipped (`qualification.method` "skipped"), status qualified, a deliver job.
   `deliveryInfo.deliveryEndpointId` names another delivery endpoint of the tenant for this one
   delivery. It is recorded in the details of the submission's `repost` journey event
-  (`{"deliveryEndpointId": ...}`); the delivery worker reads it with `endpoint_override`.
+  (`{"deliveryEndpointId": ...}`), read back by `endpoint_override` (appliance/jobs/delivery.py
+  reads it the same way).
   `deliveryInfo` is honoured by a modified retry as well.
 - Modified retry (modifiedPayload, which then needs campaignId; campaignId alone means a
   modified retry with no changes, i.e. re-qualification against that campaign): the payload
@@ -45,6 +48,7 @@ running) refuses both with 409; ready or held jobs of the last submission are ca
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import apsw
@@ -57,7 +61,7 @@ from appliance.domain.lead import (
     REPOSTABLE, Address, Approval, JourneyEvent, LeadRecord, QualificationOutcome, QuestionAnswer, RoutingOutcome,
     Submission,
 )
-from appliance.domain.pipeline import evaluate, event, snapshot, usable
+from appliance.domain.pipeline import PromptEvaluator, evaluate, event, snapshot, usable
 from appliance.domain.submission import (
     MAX_FILES, MAX_OBJECT_KEYS, MAX_QUESTIONNAIRE, SubmitLead, build_lead, facts_of, field_library_problems,
 )
@@ -66,6 +70,7 @@ from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.storage import catalog
+from appliance.storage import jobs
 from appliance.storage import leads as lead_store
 from appliance.tenant_settings import TenantSettings
 
@@ -144,21 +149,37 @@ def _campaign(settings: TenantSettings, campaign_id: str) -> Campaign:
     return campaign
 
 
-def _lead(conn: apsw.Connection, tenant_id: str, lead_id: str) -> LeadRecord:
-    lead = lead_store.get_lead(conn, tenant_id, lead_id)
-    if lead is None:
+def _read(runtime: Runtime, tenant_id: str, lead_id: str) -> tuple[LeadRecord, Submission | None, set[str]]:
+    """The lead, its last submission and the tenant's delivery endpoint ids, as of one commit."""
+    conn = runtime.db.reader()
+    with conn:
+        lead = lead_store.get_lead(conn, tenant_id, lead_id)
+        if lead is None:
+            raise NotFound()
+        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
+        endpoints = catalog.doc_ids(conn, catalog.DELIVERY_ENDPOINTS, tenant_id)
+    return lead, previous, endpoints
+
+
+def _still_as_read(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Submission | None) -> None:
+    """Inside the write unit: what was decided from the read still holds. Qualification runs
+    before the write transaction (a prompt evaluator plugin may be slow and must not hold the
+    writer), so a lead changed in between (a concurrent repost, approve, delivery) refuses."""
+    current = lead_store.get_lead(conn, tenant_id, lead.lead_id)
+    if current is None:
         raise NotFound()
-    return lead
-
-
-def _refuse_running_delivery(conn: apsw.Connection, tenant_id: str, lead_id: str) -> None:
-    running = conn.execute("SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1",
-                           (tenant_id, lead_id)).fetchone()
-    if running is not None:
+    latest = lead_store.latest_submission(conn, tenant_id, lead.lead_id)
+    if current != lead or (latest is None) != (previous is None) or (
+            latest is not None and previous is not None
+            and (latest.submission_id, latest.updated_at) != (previous.submission_id, previous.updated_at)):
+        raise InvalidState([f"lead: it changed while this request was handled (now {current.status}); "
+                            "read it again and retry"])
+    if jobs.lead_has_running_job(conn, tenant_id, lead.lead_id):
         raise InvalidState(["lead: a delivery attempt is running for this lead; try again when it ends"])
 
 
-def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSettings, now_dt, now: str
+def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSettings, now_dt: datetime, now: str,
+                      prompt_evaluator: PromptEvaluator | None
                       ) -> tuple[str, QualificationOutcome, RoutingOutcome, list[JourneyEvent]]:
     """Qualification against `campaign` alone: no routing, no fallback, no first intake action,
     a review hold waived. Status qualified or disqualified."""
@@ -166,7 +187,7 @@ def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSett
         campaign, first_intake_action=msgspec.structs.replace(campaign.first_intake_action, enabled=False),
         qualification=msgspec.structs.replace(campaign.qualification, fallback_campaigns=[]))
     found = evaluate(facts_of(lead), chosen, settings.campaigns, None, value_sets=settings.value_sets,
-                     today=now_dt.date(), now=now, route=False)
+                     today=now_dt.date(), now=now, route=False, prompt_evaluator=prompt_evaluator)
     events = [e for e in found.events if e.type != "held_for_review"]
     status = found.status
     if status == "pending_action":  # only a review-severity rule can hold here
@@ -188,7 +209,7 @@ def _store(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Su
         lead_store.cancel_open_jobs(conn, previous.submission_id, now)
     number = max(lead.submission_count, previous.submission_number if previous else 0) + 1
     if status == "qualified":
-        events.append(event(now, "delivery_scheduled", None, campaign))
+        events = [*events, event(now, "delivery_scheduled", None, campaign)]
     client, offer = campaign.client, campaign.offer
     submission = Submission(
         submission_id=new_id("sub"), lead_id=lead.lead_id, submission_number=number, campaign=snapshot(campaign),
@@ -210,76 +231,77 @@ def _store(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Su
 # ---- repost ----------------------------------------------------------------------------------
 
 async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
-                 body: RepostBody) -> RepostResult:
+                 body: RepostBody, prompt_evaluator: PromptEvaluator | None = None) -> RepostResult:
     if body.modified_payload is not None and body.campaign_id is None:
         raise ValidationFailed(["campaignId: required with modifiedPayload"])
     modified = body.campaign_id is not None
     endpoint_id = body.delivery_info.delivery_endpoint_id if body.delivery_info else None
     now_dt = runtime.clock.now()
     now = iso(now_dt)
-    region = runtime.config.defaults.region
+    stored, previous, endpoints = _read(runtime, tenant_id, lead_id)
+
+    problems: list[str] = []
+    target = None
+    if modified:
+        try:
+            target = _campaign(settings, body.campaign_id)
+        except ValidationFailed as exc:
+            problems += exc.details or []
+    if endpoint_id is not None and endpoint_id not in endpoints:
+        problems.append("deliveryInfo.deliveryEndpointId: unknown delivery endpoint")
+    lead = stored
+    if body.modified_payload is not None:
+        payload = body.modified_payload
+        merged = SubmitLead(campaign_id=body.campaign_id,
+                            **{name: getattr(payload, name) for name in payload.__struct_fields__})
+        lead, found = build_lead(merged, lead_id=stored.lead_id, existing=stored, labels=settings.labels,
+                                 region=runtime.config.defaults.region, now=now)
+        found += field_library_problems(facts_of(lead), settings.checked_fields, now_dt.date())
+        problems += [f"modifiedPayload.{p}" for p in found]
+    if problems:
+        raise ValidationFailed(problems)
+
+    if stored.status not in REPOSTABLE:
+        raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected or error leads "
+                            "can be reposted"])
+    if stored.approval is not None and stored.approval.status == "pending":
+        raise InvalidState(["approval: the lead's approval is pending; decide it first"])
+    details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,
+                               "previousStatus": stored.status,
+                               "previousSubmissionId": previous.submission_id if previous else None}
+    if endpoint_id is not None:
+        details["deliveryEndpointId"] = endpoint_id
+
+    if target is None:  # simple retry
+        campaign_id = previous.campaign.campaign_id if previous else stored.campaign_id
+        target = settings.campaigns.get(campaign_id) if campaign_id else None
+        if target is None or not usable(target):
+            raise InvalidState([f"campaign: {campaign_id or 'the last campaign'} of the last submission is not "
+                                "an active campaign; repost with modifiedPayload and campaignId"])
+        events = [event(now, REPOST_EVENT, f"simple retry after {stored.status}", target, details)]
+        status = "qualified"
+        qualification = QualificationOutcome(passed=True, method="skipped",
+                                             reason="simple retry: qualification skipped", qualified_at=now)
+        routing = RoutingOutcome(was_routed=False, original_campaign_id=target.campaign_id,
+                                 routing_method="original", routing_reason="simple retry of the last campaign",
+                                 routing_evaluated_at=now)
+    else:
+        events = [event(now, REPOST_EVENT, f"modified retry after {stored.status}", target, details)]
+        status, qualification, routing, found_events = _qualify_manually(lead, target, settings, now_dt, now,
+                                                                         prompt_evaluator)
+        events += found_events
+
+    approval = lead.approval
+    if status == "qualified" and approval is not None and approval.status == "rejected":
+        approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=key_id,
+                            reason="approved by repost")
+        events.append(event(now, "approval_approved", "repost overrides the rejection", target,
+                            {"decidedBy": key_id, "previous": "rejected", "via": "repost"}))
+    campaign = target
 
     def unit(conn: apsw.Connection) -> RepostResult:
-        stored = _lead(conn, tenant_id, lead_id)
-        problems: list[str] = []
-        target = None
-        if modified:
-            try:
-                target = _campaign(settings, body.campaign_id)
-            except ValidationFailed as exc:
-                problems += exc.details or []
-        if endpoint_id is not None and endpoint_id not in catalog.doc_ids(conn, catalog.DELIVERY_ENDPOINTS, tenant_id):
-            problems.append("deliveryInfo.deliveryEndpointId: unknown delivery endpoint")
-        lead = stored
-        if modified and body.modified_payload is not None:
-            payload = body.modified_payload
-            merged = SubmitLead(campaign_id=body.campaign_id,
-                                **{name: getattr(payload, name) for name in payload.__struct_fields__})
-            lead, found = build_lead(merged, lead_id=stored.lead_id, existing=stored, labels=settings.labels,
-                                     region=region, now=now)
-            found += field_library_problems(facts_of(lead), settings.checked_fields, now_dt.date())
-            problems += [f"modifiedPayload.{p}" for p in found]
-        if problems:
-            raise ValidationFailed(problems)
-
-        if stored.status not in REPOSTABLE:
-            raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected or error leads "
-                                "can be reposted"])
-        if stored.approval is not None and stored.approval.status == "pending":
-            raise InvalidState(["approval: the lead's approval is pending; decide it first"])
-        _refuse_running_delivery(conn, tenant_id, lead_id)
-        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
-        details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,
-                                   "previousStatus": stored.status,
-                                   "previousSubmissionId": previous.submission_id if previous else None}
-        if endpoint_id is not None:
-            details["deliveryEndpointId"] = endpoint_id
-
-        if target is None:  # simple retry
-            campaign_id = previous.campaign.campaign_id if previous else stored.campaign_id
-            target = settings.campaigns.get(campaign_id) if campaign_id else None
-            if not usable(target):
-                raise InvalidState([f"campaign: {campaign_id or 'the last campaign'} of the last submission is not "
-                                    "an active campaign; repost with modifiedPayload and campaignId"])
-            events = [event(now, REPOST_EVENT, f"simple retry after {stored.status}", target, details)]
-            status = "qualified"
-            qualification = QualificationOutcome(passed=True, method="skipped",
-                                                 reason="simple retry: qualification skipped", qualified_at=now)
-            routing = RoutingOutcome(was_routed=False, original_campaign_id=target.campaign_id,
-                                     routing_method="original", routing_reason="simple retry of the last campaign",
-                                     routing_evaluated_at=now)
-        else:
-            events = [event(now, REPOST_EVENT, f"modified retry after {stored.status}", target, details)]
-            status, qualification, routing, found_events = _qualify_manually(lead, target, settings, now_dt, now)
-            events += found_events
-
-        approval = lead.approval
-        if status == "qualified" and approval is not None and approval.status == "rejected":
-            approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=key_id,
-                                reason="approved by repost")
-            events.append(event(now, "approval_approved", "repost overrides the rejection", target,
-                                {"decidedBy": key_id, "previous": "rejected", "via": "repost"}))
-        submission_id = _store(conn, tenant_id, lead, previous, campaign=target, status=status, flow_type="repost",
+        _still_as_read(conn, tenant_id, stored, previous)
+        submission_id = _store(conn, tenant_id, lead, previous, campaign=campaign, status=status, flow_type="repost",
                                qualification=qualification, routing=routing, events=events, approval=approval,
                                now=now, names_changed=lead is not stored)
         return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
@@ -290,27 +312,27 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
 # ---- manual delivery ---------------------------------------------------------------------------
 
 async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
-                  body: DeliverBody) -> DeliverResult:
+                  body: DeliverBody, prompt_evaluator: PromptEvaluator | None = None) -> DeliverResult:
     now_dt = runtime.clock.now()
     now = iso(now_dt)
+    lead, previous, _ = _read(runtime, tenant_id, lead_id)
+    campaign = _campaign(settings, body.campaign_id)
+    if lead.approval is not None and lead.approval.status in ("pending", "rejected"):
+        raise InvalidState([f"approval: the lead's approval is {lead.approval.status}; "
+                            "a lead with a pending or rejected approval cannot be delivered"])
+    if lead.status in NOT_DELIVERABLE:
+        raise InvalidState([f"status: the lead is {lead.status} ({NOT_DELIVERABLE[lead.status]})"])
+    events = [event(now, "manual_delivery", f"manual delivery to {campaign.campaign_id}", campaign,
+                    {"requestedBy": key_id, "previousStatus": lead.status,
+                     "previousSubmissionId": previous.submission_id if previous else None})]
+    status, qualification, routing, found_events = _qualify_manually(lead, campaign, settings, now_dt, now,
+                                                                     prompt_evaluator)
+    events += found_events
+    routing = msgspec.structs.replace(routing, routing_method="manual",
+                                      routing_reason=f"manual delivery to {campaign.campaign_id}")
 
     def unit(conn: apsw.Connection) -> DeliverResult:
-        lead = _lead(conn, tenant_id, lead_id)
-        campaign = _campaign(settings, body.campaign_id)
-        if lead.approval is not None and lead.approval.status in ("pending", "rejected"):
-            raise InvalidState([f"approval: the lead's approval is {lead.approval.status}; "
-                                "a lead with a pending or rejected approval cannot be delivered"])
-        if lead.status in NOT_DELIVERABLE:
-            raise InvalidState([f"status: the lead is {lead.status} ({NOT_DELIVERABLE[lead.status]})"])
-        _refuse_running_delivery(conn, tenant_id, lead_id)
-        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
-        events = [event(now, "manual_delivery", f"manual delivery to {campaign.campaign_id}", campaign,
-                        {"requestedBy": key_id, "previousStatus": lead.status,
-                         "previousSubmissionId": previous.submission_id if previous else None})]
-        status, qualification, routing, found_events = _qualify_manually(lead, campaign, settings, now_dt, now)
-        events += found_events
-        routing = msgspec.structs.replace(routing, routing_method="manual",
-                                          routing_reason=f"manual delivery to {campaign.campaign_id}")
+        _still_as_read(conn, tenant_id, lead, previous)
         submission_id = _store(conn, tenant_id, lead, previous, campaign=campaign, status=status,
                                flow_type="manual_delivery", qualification=qualification, routing=routing,
                                events=events, approval=lead.approval, now=now)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -70,6 +71,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = False       # server_close() joins the handler threads
     block_on_close = True
     owner: BuyerServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that hangs up or fails the TLS handshake is part of the tests, not noise
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -145,7 +149,8 @@ class _Handler(BaseHTTPRequestHandler):
 class BuyerServer:
     """See the module docstring. `url(path)` is on 127.0.0.1 and a free port."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls               # a server-side context: serve https instead of http
         self.routes: dict[str, Script] = {}
         self.requests: list[Received] = []
         self.lock = threading.Lock()
@@ -160,7 +165,7 @@ class BuyerServer:
 
     def url(self, path: str = "/") -> str:
         assert self._server is not None, "start the server first"
-        return f"http://127.0.0.1:{self.port}{path}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}{path}"
 
     @property
     def port(self) -> int:
@@ -174,6 +179,8 @@ class BuyerServer:
     def start(self) -> BuyerServer:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.owner = self
+        if self.tls is not None:
+            server.socket = self.tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="buyer-server", daemon=True)

@@ -4,12 +4,20 @@ error leads are made through the storage layer, and the tests check the deliver 
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
+from litestar.testing import TestClient
 
 from appliance import reposts, tenancy
+from appliance.app import create_app
 from appliance.domain.submission import SubmitLead
+from appliance.errors import InvalidState
 from appliance.storage import leads as lead_store
+from appliance.tenant_settings import load_settings
+from tests.conftest import make_tenant
+from tests.test_delivery_worker import SCRIPTED, endpoint, lead_body, status_is, wait_for
 from tests.test_submit_support import (  # noqa: F401
     accepted, api, clock, condition, events_of, jobs, person, plain, read_lead, rule_set, setup_tenant,
     source_key,
@@ -513,3 +521,50 @@ def test_openapi_describes_both_operations(api, tenant):
         assert operation["operationId"] == operation_id
         assert {"201", "400", "401", "404", "409"} <= set(operation["responses"])
         assert "requestBody" in operation
+
+
+# ---- concurrency and the delivery worker ---------------------------------------------------------
+
+def test_concurrent_reposts_of_one_lead_make_one_submission(api, runtime, tenant):
+    data = lead_in(api, runtime, tenant, "failed")
+    settings = load_settings(runtime.db, tenant.tenant_id, 0)
+
+    async def both():
+        return await asyncio.gather(*(reposts.repost(runtime, settings, tenant.tenant_id, tenant.key_id,
+                                                     data["leadId"], reposts.RepostBody()) for _ in range(2)),
+                                    return_exceptions=True)
+
+    outcomes = asyncio.run(both())
+    assert sorted(type(o).__name__ for o in outcomes) == ["InvalidState", "RepostResult"]
+    assert any(isinstance(o, InvalidState) for o in outcomes)
+    assert state(api, runtime, tenant, data["leadId"]) == ("qualified", 2, 2)
+
+
+@pytest.fixture
+def live(runtime, clock, tmp_path):
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
+    app = create_app(runtime)
+    app.state.worker.poll_seconds = 0.05
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.app_state = app.state
+        yield client
+
+
+def test_the_worker_delivers_reposts_to_the_named_endpoint(live, runtime):
+    tenant = make_tenant(runtime, "Live", {"deliveryEndpoints": [endpoint("ep"), endpoint("ep2")],
+                                           "campaigns": [plain("DL1", delivery={"deliveryEndpointId": "ep"})]})
+    data = accepted(live, tenant, lead_body("DL1", "failure"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("failed"))  # the buyer said no
+    assert lead["submissions"][0]["responseFields"] == {"echo": "ep"}
+    # simple retry to another endpoint: the buyer still says no, through ep2
+    repost(live, tenant, data["leadId"], {"deliveryInfo": {"deliveryEndpointId": "ep2"}})
+    lead = wait_for(live, tenant, data["leadId"], lambda lead: lead["status"] == "failed"
+                    and len(lead["submissions"]) == 2)
+    assert lead["submissions"][1]["responseFields"] == {"echo": "ep2"}
+    # modified retry fixes the data; the campaign's own endpoint again
+    repost(live, tenant, data["leadId"], {"campaignId": "DL1", "modifiedPayload": {"customFields": {
+        "script": "success"}}})
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert [s["flowType"] for s in lead["submissions"]] == ["standard", "repost", "repost"]
+    assert lead["submissions"][2]["responseFields"] == {"echo": "ep"}

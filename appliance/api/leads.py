@@ -41,7 +41,9 @@ async def submit_lead(request: Request) -> Response:
 async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     who = principal(request.scope)
     body = await read_json(request, approvals.ApproveBody)
-    return ok(await approvals.decide(request.app.state.runtime, who.tenant_id, who.key_id, lead_id, body))
+    result = await approvals.decide(request.app.state.runtime, who.tenant_id, who.key_id, lead_id, body)
+    request.app.state.worker.wake()  # an approval may have scheduled the delivery
+    return ok(result)
 
 
 # ---- GET /api/v1/leads (interface 4.12) --------------------------------------------------------
@@ -201,7 +203,7 @@ async def bulk_update_leads(request: Request) -> Response:
 # ---- POST /api/v1/leads/{leadId}/repost and /deliver (interface 4.10, 4.11) -------------------
 
 @post("/api/v1/leads/{leadId:str}/repost", operation_id="repostLead", status_code=201,
-      opt={"body": reposts.RepostBody, "data": reposts.RepostResult, "status": 201,
+      opt={"body": reposts.RepostBody, "body_optional": True, "data": reposts.RepostResult, "status": 201,
            "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def repost_lead(request: Request, lead_id: LeadId) -> Response:
     """Every body field is optional: an empty body (no content at all) is a simple retry.
@@ -211,7 +213,8 @@ async def repost_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, reposts.RepostBody) if raw.strip() else reposts.RepostBody()
     state = request.app.state
     result = await reposts.repost(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                  who.tenant_id, who.key_id, lead_id, body)
+                                  who.tenant_id, who.key_id, lead_id, body, state.registry.prompt_evaluator())
+    state.worker.wake()
     return ok(result, 201)
 
 
@@ -224,7 +227,8 @@ async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, reposts.DeliverBody)
     state = request.app.state
     result = await reposts.deliver(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                   who.tenant_id, who.key_id, lead_id, body)
+                                   who.tenant_id, who.key_id, lead_id, body, state.registry.prompt_evaluator())
+    state.worker.wake()
     return ok(result, 201)
 
 

@@ -68,7 +68,7 @@ def build_document(app: Any) -> dict[str, Any]:
             continue
         if "body" in opt:
             operation["requestBody"] = {
-                "required": True,
+                "required": not opt.get("body_optional", False),
                 "content": {JSON: {"schema": schema_of[opt["body"]]}},
             }
         data_schema = schema_of[opt["data"]] if "data" in opt else {}

@@ -68,8 +68,12 @@ def period_bounds(cap_type: str, now_utc: datetime,
     if cap_type == "hourly":
         # Whole local hours; during a repeated hour each occurrence is its own period.
         start = local.replace(minute=0, second=0, microsecond=0).astimezone(UTC)
-        if start > now:  # the local hour began inside a DST gap that ends mid-hour
+        # Around a DST change that is not a whole hour (Lord Howe shifts by 30 minutes) the local
+        # hour's start can land on either side of `now`: keep the period that contains it.
+        if start > now:
             start -= timedelta(hours=1)
+        elif start + timedelta(hours=1) <= now:
+            start += timedelta(hours=1)
         return start, start + timedelta(hours=1)
     today = local.date()
     if cap_type == "daily":

@@ -184,7 +184,7 @@ class DeliveryWorker:
             request = DeliveryRequest(
                 lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
                 endpoint=endpoint, secrets=opened,
-                settings=self.runtime.config.plugins.tables.get(endpoint.adapter, {}),
+                settings=self.registry.adapter_settings("delivery", endpoint.adapter),
                 allow_private_addresses=self.runtime.config.delivery.allow_private_addresses)
             try:
                 async with asyncio.timeout(float(endpoint.timeout_seconds) + DEADLINE_MARGIN):

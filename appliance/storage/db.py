@@ -10,6 +10,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,10 @@ T = TypeVar("T")
 WriteFn = Callable[[apsw.Connection], T]
 
 _MAX_BATCH = 512
+# Under load, wait this long for more work before committing: a commit costs far more than a
+# unit (measured here: ~300 us of CPU at FULL), so bigger groups mean more leads per second.
+# A lone request (the previous group held one unit) is committed at once.
+_LINGER_SECONDS = 0.004
 _STOP = object()
 
 
@@ -104,20 +109,24 @@ class Database:
         conn = self._write_conn
         assert conn is not None
         stopping = False
+        busy = False
         while not stopping:
             item = self._queue.get()
             if item is _STOP:
                 break
             batch = [item]
+            deadline = time.monotonic() + _LINGER_SECONDS if busy else 0.0
             while len(batch) < _MAX_BATCH:
                 try:
-                    item = self._queue.get_nowait()
+                    wait = deadline - time.monotonic()
+                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is _STOP:
                     stopping = True
                     break
                 batch.append(item)
+            busy = len(batch) > 1
             self._commit_batch(conn, batch)
 
     @staticmethod

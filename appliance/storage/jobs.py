@@ -59,3 +59,9 @@ def next_due(conn: apsw.Connection) -> str | None:
 
 def open_job_count(conn: apsw.Connection) -> int:
     return conn.execute("SELECT count(*) FROM jobs WHERE state IN ('ready', 'running')").fetchone()[0]
+
+
+def lead_has_running_job(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
+    return conn.execute(
+        "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1", (tenant_id, lead_id)
+    ).fetchone() is not None

@@ -110,3 +110,14 @@ def test_cap_reached():
     assert cap_reached(5, SourceCap(cap=5))
     assert not cap_reached(4, SourceCap(cap=5))
     assert cap_reached(0, DeliveryLimit(cap=0))
+
+
+def test_hourly_period_contains_now_across_a_half_hour_dst_shift():
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo
+
+    from appliance.domain.caps import period_bounds
+
+    now = datetime(2028, 4, 1, 15, 0, tzinfo=UTC)  # Lord Howe leaves its 30-minute daylight time
+    start, end = period_bounds("hourly", now, ZoneInfo("Australia/Lord_Howe"))
+    assert start <= now < end

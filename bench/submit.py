@@ -1,0 +1,200 @@
+"""Submit throughput and latency (issue 3 target): a real `appliance serve` on loopback, 64
+connections, realistic ~1.5 KB leads, a campaign with 10 rule sets, 3 routing rules and dedupe
+on, `synchronous=FULL`; and, in the same run, a bare Litestar endpoint that only decodes the same
+body into a struct. Reports submits/s, p50/p99 and the ratio appliance / bare.
+
+    python -m bench.submit [--duration 10] [--connections 64] [--repeat 3]
+
+The server runs with `[delivery] concurrency = 0` (intake only) so the figure is the intake's;
+bench/delivery.py measures delivery. Server pinned to CPU 0, load client to CPU 1 (2 cores)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from bench.bare_app import sample_lead
+from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, cpu_seconds, machine_cpu_seconds
+from bench.loadgen import Request, free_port, run_load, wait_for_port
+
+RESULTS = Path(__file__).resolve().parent / "results"
+TARGET_RPS, TARGET_P99_MS, TARGET_RATIO = 4000, 30.0, 0.40
+_KEY = os.environ.get("BENCH_SUBMIT_KEY", "")
+
+
+def _rule(name: str, field: str, operator: str, value: list | None = None, **extra: Any) -> dict:
+    condition = {"field": field, "operator": operator, **({"value": value} if value is not None else {}), **extra}
+    return {"name": name, "subRules": [{"conditions": [condition]}]}
+
+
+def bundle() -> dict:
+    """One intake campaign: 10 qualification rule sets (realistic leads pass them), 3 routing
+    rules (about a fifth of the leads route), dedupe from the tenant default (30 days)."""
+    rules = [
+        _rule("Minors", "age", "less_than", [18]),
+        _rule("Seniors", "age", "greater_than", [99]),
+        _rule("Outside served states", "address.state", "not_in_value_set", valueSetId="states"),
+        _rule("Test emails", "email", "ends_with", ["@test.invalid", "@mailinator.com"]),
+        _rule("No phone", "phoneE164", "not_exists"),
+        _rule("Blocked names", "lastName", "in_value_set", valueSetId="blocked"),
+        _rule("At fault", "questionnaire.at_fault", "equals", ["yes"]),
+        _rule("Attorney retained", "questionnaire.attorney_retained", "equals", ["yes"]),
+        _rule("Bad zip", "address.zip", "matches", ["^0000"]),
+        {"name": "Old accidents", "logicalOperator": "AND", "subRules": [
+            {"logicalOperator": "AND", "conditions": [
+                {"field": "questionnaire.accident_date", "operator": "less_than", "value": ["2020-01-01"]},
+                {"field": "questionnaire.injured", "operator": "equals", "value": ["no"]}]}]},
+    ]
+    routes = [
+        {"routeName": "Texas", "priority": 1, "routeTo": {"campaignId": "BTX"},
+         "subRules": [{"conditions": [{"field": "address.state", "operator": "equals", "value": ["TX"]}]}]},
+        {"routeName": "Bing traffic", "priority": 2, "routeTo": {"campaignId": "BMS"},
+         "subRules": [{"conditions": [{"field": "attribution.utm_source", "operator": "equals", "value": ["bing"]}]}]},
+        {"routeName": "Trucks", "priority": 3, "routeTo": {"campaignId": "BTK"},
+         "subRules": [{"conditions": [{"field": "questionnaire.vehicle_type", "operator": "equals",
+                                       "value": ["truck", "semi"]}]}]},
+    ]
+    plain = [{"campaignId": code, "name": name, "qualification": {"rules": rules[:3]}}
+             for code, name in (("BTX", "Texas"), ("BMS", "Microsoft ads"), ("BTK", "Trucks"))]
+    return {
+        "valueSets": [{"valueSetId": "states", "values": ["CA", "TX", "FL", "NY", "AZ"]},
+                      {"valueSetId": "blocked", "values": ["Fraud", "Tester", "Asdf"]}],
+        "fieldLibrary": [{"key": k, "label": k.replace("_", " ").title(), "question": f"{k.replace('_', ' ')}?",
+                          "category": "question"} for k in ("accident_date", "injured", "at_fault",
+                                                            "medical_treatment", "attorney_retained", "vehicle_type",
+                                                            "police_report", "insurance_carrier")],
+        "campaigns": [{"campaignId": "BEN1", "name": "Auto accident", "qualification": {
+            "rules": rules, "autoRoutingEnabled": True, "routingRules": routes}}, *plain],
+    }
+
+
+def submit_body(n: int) -> bytes:
+    lead = sample_lead(n)
+    return msgspec.json.encode({"campaignId": "BEN1", **lead})
+
+
+def submit_request(n: int) -> Request:
+    # Several client processes each count from 0: spread them so emails stay unique per run.
+    n += os.getpid() * 1_000_000 + int(time.time() * 1000) % 1_000_000 * 1000
+    return Request(method="POST", path="/api/v1/leads/submit",
+                   headers={"X-API-Key": _KEY, "Content-Type": "application/json"}, body=submit_body(n))
+
+
+def bare_request(n: int) -> Request:
+    return Request(method="POST", path="/decode", headers={"Content-Type": "application/json"},
+                   body=msgspec.json.encode(sample_lead(n)))
+
+
+def measure(label: str, url: str, factory, server: subprocess.Popen, args: argparse.Namespace) -> dict[str, Any]:
+    run_load(url, connections=args.connections, duration=args.warmup, factory=factory, processes=args.processes)
+    cpu0, (busy0, irq0), t0 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
+    result = run_load(url, connections=args.connections, duration=args.duration, factory=factory,
+                      processes=args.processes)
+    cpu1, (busy1, irq1), t1 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
+    out = result.to_dict() | {"label": label}
+    wall = t1 - t0
+    out["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / wall, 1)
+    out["other_cpu_pct"] = round(100 * ((busy1 - busy0) + (irq1 - irq0) - (cpu1 - cpu0) - result.client_cpu) / wall, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    global _KEY
+    parser = argparse.ArgumentParser(prog="python -m bench.submit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=RESULTS / "submit.json")
+    args = parser.parse_args(argv)
+
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+    work = Path(tempfile.mkdtemp(prefix="bench-submit-"))
+    procs: list[subprocess.Popen] = []
+    old_affinity = os.sched_getaffinity(0)
+    try:
+        port, bare_port = free_port(), free_port()
+        config = work / "appliance.toml"
+        config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
+                          f'[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n[plugins]\ndirs = []\n')
+        appliance_cli(config, "init")
+        tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
+        _KEY = os.environ["BENCH_SUBMIT_KEY"] = json.loads(
+            appliance_cli(config, "key", "create", "--tenant", tenant, "--json"))["key"]
+        (work / "bundle.json").write_text(json.dumps(bundle()))
+        appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
+
+        def start(name: str, cmd: list[str], listen: int) -> subprocess.Popen:
+            log = open(work / f"{name}.log", "wb")
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pin(server_cpu))
+            procs.append(proc)
+            wait_for_port(listen, proc=proc)
+            return proc
+
+        app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
+                                  str(port)], port)
+        bare = start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(bare_port)], bare_port)
+        if client_cpu is not None:
+            os.sched_setaffinity(0, {client_cpu})
+        cases = [("appliance submit", f"http://127.0.0.1:{port}/api/v1/leads/submit", submit_request, app),
+                 ("bare decode", f"http://127.0.0.1:{bare_port}/decode", bare_request, bare)]
+        rounds: list[list[dict]] = [[] for _ in cases]
+        for _ in range(args.repeat):
+            for i, (label, url, factory, server) in enumerate(cases):
+                rounds[i].append(measure(label, url, factory, server, args))
+                print(f"  {label}: {rounds[i][-1]['rps']} req/s")
+        runs = [max(rs, key=lambda r: r["rps"]) for rs in rounds]
+        conn_db = work / "data" / "appliance.db"
+        import apsw
+
+        db = apsw.Connection(str(conn_db), flags=apsw.SQLITE_OPEN_READONLY)
+        statuses = dict(db.execute("SELECT status, count(*) FROM leads GROUP BY status").fetchall())
+        db.close()
+    finally:
+        os.sched_setaffinity(0, old_affinity)
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    app_run, bare_run = runs
+    ratio = round(app_run["rps"] / bare_run["rps"], 3)
+    print(f"\n{'case':20} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'server':>7} {'other':>6}  non-2xx/errors")
+    for r in runs:
+        lat = r["latency_ms"]
+        bad = {k: v for k, v in r["statuses"].items() if not k.startswith("2")}
+        print(f"{r['label']:20} {r['rps']:>8.0f} {lat['p50']:>8.2f} {lat['p99']:>8.2f} {r['server_cpu_pct']:>6.0f}% "
+              f"{r['other_cpu_pct']:>5.0f}%  {bad or '-'} {r['errors'] or '-'}")
+    print(f"lead statuses stored: {statuses}")
+    print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")
+    print(f"targets: >= {TARGET_RPS}/s {'met' if app_run['rps'] >= TARGET_RPS else 'MISSED'}, "
+          f"p99 < {TARGET_P99_MS} ms {'met' if app_run['latency_ms']['p99'] < TARGET_P99_MS else 'MISSED'}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({
+        "benchmark": "submit", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "versions": {n: _version(n) for n in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "apsw")},
+        "settings": vars(args) | {"out": str(args.out)}, "runs": runs, "rounds": rounds, "ratio": ratio,
+        "lead_statuses": statuses}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
