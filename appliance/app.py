@@ -97,6 +97,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
     app.state.settings = settings
+    app.state.campaign_pages = campaigns.PageCache()
     app.state.registry = registry
     app.state.worker = worker
     return app

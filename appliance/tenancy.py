@@ -75,6 +75,7 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
                                     prefix=prefix, key_hash=apikeys.key_hash(key), now=now)
         if source_id:
             catalog.refresh_public_docs(conn, tenant_id)
+            tenants.bump_config_rev(conn, tenant_id)  # campaigns now show another keyPrefix
         return key_id
 
     key_id = runtime.db.write_sync(unit)
@@ -90,6 +91,7 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
         tenants.revoke_key(conn, key_id, now)
         for (tenant_id,) in conn.execute("SELECT tenant_id FROM api_keys WHERE key_id = ?", (key_id,)).fetchall():
             catalog.refresh_public_docs(conn, tenant_id)
+            tenants.bump_config_rev(conn, tenant_id)
 
     runtime.db.write_sync(unit)
 

@@ -151,3 +151,17 @@ def test_tenant_isolation_on_every_catalog_route(client, runtime, tenant, other_
     assert "other_secret_field" not in keys
     assert client.get("/api/v1/field-library/other_secret_field", headers=tenant.headers).status_code == 404
     assert client.get("/api/v1/field-library/other_secret_field", headers=other_tenant.headers).status_code == 200
+
+
+def test_rendered_pages_follow_key_changes(client, runtime, tenant):
+    from appliance import tenancy
+
+    def prefix() -> str:
+        campaigns = data(client.get("/api/v1/campaigns", headers=tenant.headers))["campaigns"]
+        return campaigns[0]["ingestion"]["sources"][0]["keyPrefix"]
+
+    assert prefix() == "import"
+    made = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src")
+    assert prefix() == made.prefix
+    tenancy.revoke_key(runtime, made.key_id)
+    assert prefix() == "import"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Annotated
 
 import msgspec
@@ -9,7 +10,8 @@ from litestar import Request, Response, get
 from litestar.params import QueryParameter
 
 from appliance.api.auth import principal
-from appliance.api.io import ok_raw, query_bool, query_int
+from appliance.api.io import query_bool, query_int
+from appliance.errors import JSON
 from appliance.api.schemas import CampaignPage
 from appliance.storage.catalog import CampaignFilter, list_campaigns
 
@@ -30,7 +32,7 @@ def campaigns_list(
     include_archived: Annotated[str | None, QueryParameter(name="includeArchived")] = None,
     search: Query = None,
 ) -> Response:
-    tenant_id = principal(request.scope).tenant_id
+    who = principal(request.scope)
     page_no = query_int(request, "page", 1)
     per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
     where = CampaignFilter(
@@ -40,9 +42,37 @@ def campaigns_list(
         include_archived=bool(query_bool(request, "includeArchived")),
         search=search or None,
     )
-    total, docs = list_campaigns(request.app.state.runtime.db.reader(), tenant_id, where, page_no, per_page)
-    pagination = msgspec.json.encode({"total": total, "page": page_no, "limit": per_page})
-    return ok_raw(b'{"campaigns":[' + b",".join(docs) + b'],"pagination":' + pagination + b"}")
+    # Campaigns change only through config imports and key changes, which move config_rev (read
+    # with the key), so a rendered page stays right until then.
+    cache: PageCache = request.app.state.campaign_pages
+    cache_key = (who.tenant_id, who.config_rev, where, page_no, per_page)
+    body = cache.get(cache_key)
+    if body is None:
+        total, docs = list_campaigns(request.app.state.runtime.db.reader(), who.tenant_id, where, page_no, per_page)
+        pagination = msgspec.json.encode({"total": total, "page": page_no, "limit": per_page})
+        body = cache.put(cache_key, b"".join(
+            (b'{"success":true,"data":{"campaigns":[', b",".join(docs), b'],"pagination":', pagination, b"}}")))
+    return Response(body, media_type=JSON)
+
+
+class PageCache:
+    """Rendered list pages, least recently used out first."""
+
+    def __init__(self, size: int = 512) -> None:
+        self.size = size
+        self._pages: OrderedDict[tuple, bytes] = OrderedDict()
+
+    def get(self, key: tuple) -> bytes | None:
+        body = self._pages.get(key)
+        if body is not None:
+            self._pages.move_to_end(key)
+        return body
+
+    def put(self, key: tuple, body: bytes) -> bytes:
+        self._pages[key] = body
+        if len(self._pages) > self.size:
+            self._pages.popitem(last=False)
+        return body
 
 
 ROUTES = [campaigns_list]

@@ -228,3 +228,57 @@ def m003_leads_by_client_and_offer(conn: apsw.Connection) -> None:
         CREATE INDEX leads_by_offer ON leads(tenant_id, offer_id, lead_id);
         """
     )
+
+
+@migration
+def m004_files_sms(conn: apsw.Connection) -> None:
+    """File references (interface 2.5, unique per lead and fileKey), SMS conversations and the
+    messages sent in them (interface 4.4)."""
+    conn.execute(
+        """
+        CREATE TABLE files (
+            file_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            lead_id TEXT NOT NULL,
+            file_key TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            doc BLOB NOT NULL,                 -- the file reference as the API returns it
+            UNIQUE (tenant_id, lead_id, file_key)
+        );
+        CREATE TABLE sms_conversations (
+            interaction_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            lead_id TEXT NOT NULL,
+            sender TEXT NOT NULL,              -- the number (or sender id) the conversation was opened from
+            recipient TEXT NOT NULL,
+            status TEXT NOT NULL,              -- open, closed
+            message_count INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX sms_conversations_open ON sms_conversations(tenant_id, lead_id, sender, status, created_at);
+        CREATE TABLE sms_messages (
+            message_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            interaction_id TEXT NOT NULL REFERENCES sms_conversations(interaction_id),
+            lead_id TEXT NOT NULL,
+            direction TEXT NOT NULL,           -- outbound
+            sender TEXT NOT NULL,
+            recipient TEXT NOT NULL,
+            body TEXT NOT NULL,
+            encoding TEXT NOT NULL,            -- GSM-7 or UCS-2
+            segments INTEGER NOT NULL,
+            provider_id TEXT,                  -- the tenant's providerId; NULL for the built-in default
+            provider_type TEXT NOT NULL,       -- twilio, telnyx or a plugin's
+            provider_message_id TEXT,
+            provider_status TEXT,
+            status TEXT NOT NULL,              -- sending, sent, failed (refused), error (unreachable)
+            reason TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        );
+        CREATE INDEX sms_messages_by_conversation ON sms_messages(interaction_id, message_id);
+        CREATE INDEX sms_messages_by_lead ON sms_messages(tenant_id, lead_id, message_id);
+        """
+    )
