@@ -90,12 +90,12 @@ def error_body(code: str, message: str, details: list[str] | None = None) -> byt
     return msgspec.json.encode({"success": False, "error": error})
 
 
-def _respond(error: ApiError) -> Response:
+def _respond(error: ApiError, headers: dict[str, str] | None = None) -> Response:
     return Response(
         error_body(error.code, error.message, error.details),
         status_code=error.status,
         media_type=JSON,
-        headers=error.headers(),
+        headers={**error.headers(), **(headers or {})},
     )
 
 
@@ -114,6 +114,9 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
         return _respond(ValidationFailed([f"request: {exc.detail}"]))
     if kind is ValidationFailed:
         return _respond(ValidationFailed([f"body: {exc.detail}"]))
+    if kind is MethodNotAllowed:  # RFC 9110: a 405 names the methods the route has
+        allow = {k.lower(): v for k, v in (exc.headers or {}).items()}.get("allow")
+        return _respond(kind(), {"Allow": allow} if allow else None)
     return _respond(kind())
 
 

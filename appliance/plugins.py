@@ -41,6 +41,10 @@ log = logging.getLogger("appliance.plugins")
 # with `@sdk.hookimpl` functions for the adapter hooks and list it here.
 BUILTIN_MODULES: tuple[str, ...] = (
     "appliance.adapters.http_delivery",   # delivery adapter "http"
+    "appliance.adapters.twilio",          # SMS provider "twilio"
+    "appliance.adapters.telnyx",          # SMS provider "telnyx"
+    "appliance.adapters.meta_capi",       # pixel platform "social" (Meta Conversions API)
+    "appliance.adapters.tiktok_events",   # pixel platform "video" (TikTok Events API)
 )
 
 # Package under which plugin files are imported; it exists only in sys.modules.

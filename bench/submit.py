@@ -118,10 +118,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=RESULTS / "submit.json")
+    parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                        help="server on CPU 0, client on CPU 1 (--no-pin: the OS places them)")
     args = parser.parse_args(argv)
 
     cpus = sorted(os.sched_getaffinity(0))
-    server_cpu, client_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+    server_cpu, client_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 and args.pin else (None, None)
     work = Path(tempfile.mkdtemp(prefix="bench-submit-"))
     procs: list[subprocess.Popen] = []
     old_affinity = os.sched_getaffinity(0)

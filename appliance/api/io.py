@@ -3,6 +3,7 @@ and responses encoded once into the success envelope."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar
 
 import msgspec
@@ -13,6 +14,10 @@ from appliance.model import describe_validation_error
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
+# Whole numbers in query strings: ASCII digits only (int() would also take "\u0665", "1_0" and
+# surrounding blanks), and at most QUERY_INT_MAX, so a page number can never overflow SQLite.
+QUERY_INT_MAX = 2**31 - 1
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,4000}")  # int() takes at most 4300 digits
 
 
 def ok(data: Any, status: int = 200) -> Response:
@@ -44,13 +49,16 @@ def query_int(request: Request, name: str, default: int, *, minimum: int = 1, ma
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValidationFailed([f"{name}: must be a whole number"]) from None
+    if not _WHOLE_NUMBER.fullmatch(raw):
+        raise ValidationFailed([f"{name}: must be a whole number"])
+    value = int(raw)
     if value < minimum:
         raise ValidationFailed([f"{name}: must be at least {minimum}"])
-    return min(value, maximum) if maximum is not None else value
+    if maximum is not None:  # above the maximum is clamped (CONTRACT 1)
+        return min(value, maximum)
+    if value > QUERY_INT_MAX:
+        raise ValidationFailed([f"{name}: must be at most {QUERY_INT_MAX}"])
+    return value
 
 
 def query_bool(request: Request, name: str) -> bool | None:

@@ -12,6 +12,9 @@ from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin
 from litestar.routes import HTTPRoute
 
+from appliance.api.catalog import CATEGORIES
+from appliance.api.io import QUERY_INT_MAX
+from appliance.domain.lead import LEAD_STATUSES
 from appliance.errors import ERRORS_BY_STATUS, JSON
 
 REF = "#/components/schemas/{name}"
@@ -31,6 +34,44 @@ _ERROR_ENVELOPE = {
             },
         },
     },
+}
+# Query parameters are declared by the handlers as optional strings and parsed by api/io.py (for
+# errors naming the parameter); the document states what those parsers accept. A handler may
+# declare its own with opt={"query": {name: schema}}; else its operation's entry, else the name's.
+_BOOL = {"type": "boolean"}
+_DAY_OR_INSTANT = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
+QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
+    "page": {"type": "integer", "minimum": 1, "maximum": QUERY_INT_MAX},
+    "limit": {"type": "integer", "minimum": 1, "description": "Values above the maximum are clamped to it."},
+    "active": _BOOL,
+    "includeArchived": _BOOL,
+}
+OPERATION_QUERY_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
+    "listLeads": {
+        "status": {"enum": list(LEAD_STATUSES)},
+        "startDate": _DAY_OR_INSTANT,
+        "endDate": _DAY_OR_INSTANT,
+        "cursor": {"type": "string", "description": "nextCursor of the previous page (a leadId of this tenant)."},
+    },
+    "listFieldLibrary": {
+        "category": {"enum": list(CATEGORIES)},
+    },
+}
+# What the handlers check beyond the msgspec types, where JSON Schema can say it.
+_STAMP = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"},
+                    {"type": "number", "minimum": 0, "maximum": 253_402_300_799_999}, {"type": "null"}],
+          "description": "ISO 8601 timestamp or date, or epoch milliseconds."}
+_STAMP_PROPERTIES = {
+    "SubmissionPatch": ("qualifiedAt", "postedAt"),
+    "QualificationPatch": ("qualifiedAt",),
+    "RoutingPatch": ("routingEvaluatedAt",),
+    "PostingPatch": ("postedAt",),
+    "DeliveryPatch": ("deliveredAt",),
+}
+_EVENT_STAMP = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"},
+                          {"type": "null"}], "default": None}
+_COMPONENT_RULES: dict[str, dict[str, Any]] = {
+    "BulkUpdates": {"minProperties": 1},
 }
 _REQUEST_ID = {"X-Request-Id": {"schema": {"type": "string"}, "description": "Id of this request in the logs"}}
 
@@ -62,10 +103,12 @@ def build_document(app: Any) -> dict[str, Any]:
     doc["components"]["schemas"]["Error"] = _ERROR_ENVELOPE
     doc["components"]["securitySchemes"] = {"apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}
 
+    _tighten_components(doc["components"]["schemas"])
     for path, method, opt in operations:
         operation = doc["paths"].get(path, {}).get(method)
         if operation is None:
             continue
+        queried = _describe_query(operation, opt)
         if "body" in opt:
             operation["requestBody"] = {
                 "required": not opt.get("body_optional", False),
@@ -80,6 +123,8 @@ def build_document(app: Any) -> dict[str, Any]:
             codes.append("UNAUTHORIZED")
             operation["security"] = [{"apiKey": []}]
             codes.append("RATE_LIMITED")
+        if queried:
+            codes.append("VALIDATION_ERROR")
         if "body" in opt:
             codes += ["VALIDATION_ERROR", "PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE"]
         for code in dict.fromkeys(codes + ["INTERNAL_ERROR"]):
@@ -90,6 +135,32 @@ def build_document(app: Any) -> dict[str, Any]:
                 entry["headers"]["Retry-After"] = {"schema": {"type": "integer"}}
         operation["responses"] = responses
     return doc
+
+
+def _describe_query(operation: dict[str, Any], opt: dict[str, Any]) -> bool:
+    """Replace Litestar's `string | null` query parameter schemas (null cannot be sent in a query
+    string) with what the parser accepts. True when the operation has query parameters."""
+    specific = {**OPERATION_QUERY_SCHEMAS.get(operation.get("operationId", ""), {}), **opt.get("query", {})}
+    queried = False
+    for parameter in operation.get("parameters", ()):
+        if parameter.get("in") != "query":
+            continue
+        queried = True
+        name = parameter["name"]
+        parameter["schema"] = dict(specific.get(name) or QUERY_SCHEMAS.get(name) or {"type": "string"})
+    return queried
+
+
+def _tighten_components(schemas: dict[str, Any]) -> None:
+    for name, rules in _COMPONENT_RULES.items():
+        if name in schemas:
+            schemas[name].update(rules)
+    for name, properties in _STAMP_PROPERTIES.items():
+        for prop in properties:
+            if prop in schemas.get(name, {}).get("properties", {}):
+                schemas[name]["properties"][prop] = dict(_STAMP)
+    if "timestamp" in schemas.get("JourneyEvent", {}).get("properties", {}):
+        schemas["JourneyEvent"]["properties"]["timestamp"] = dict(_EVENT_STAMP)
 
 
 class CompletedOpenApiJson(JsonRenderPlugin):
