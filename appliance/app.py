@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__
-from appliance.api import campaigns, catalog, health, leads, openapi, submissions
+from appliance.api import campaigns, catalog, files, health, leads, openapi, pixels, sms, submissions
 from appliance.api.auth import RateLimiter, auth_middleware
 from appliance.clock import iso
 from appliance.ids import request_id
@@ -86,7 +86,8 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
             await flush_activity(runtime)
 
     app = ApplianceApp(
-        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES],
+        route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
+                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,

@@ -123,3 +123,44 @@ def test_openapi_document_describes_envelope_and_errors(client):
     assert "404" in field["responses"]
     assert doc["components"]["securitySchemes"]["apiKey"]["name"] == "X-API-Key"
     msgspec.json.encode(doc)
+
+
+def test_body_over_one_mebibyte_is_413_envelope(client, tenant):
+    body = b'{"campaignId":"AC01","notes":"' + b"x" * (1024 * 1024) + b'"}'
+    response = client.post("/api/v1/leads/submit", content=body,
+                           headers={**tenant.headers, "Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "PAYLOAD_TOO_LARGE"
+    assert "x-request-id" in response.headers
+
+
+@pytest.mark.parametrize(("body", "content_type", "status", "code"), [
+    (b'{"campaignId": "AC01",', "application/json", 400, "VALIDATION_ERROR"),
+    (b"", "application/json", 400, "VALIDATION_ERROR"),
+    (b'{"campaignId": "AC01"}', "text/plain", 415, "UNSUPPORTED_MEDIA_TYPE"),
+    (b"campaignId=AC01", "application/x-www-form-urlencoded", 415, "UNSUPPORTED_MEDIA_TYPE"),
+])
+def test_malformed_or_mistyped_bodies(client, tenant, body, content_type, status, code):
+    response = client.post("/api/v1/leads/submit", content=body,
+                           headers={**tenant.headers, "Content-Type": content_type})
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+
+
+def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenant, monkeypatch, caplog):
+    from appliance.api import campaigns
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("token=super-secret-value at /internal/path")
+
+    monkeypatch.setattr(campaigns, "list_campaigns", broken)
+    # another page than any cached one, so the broken storage call is reached
+    response = client.get("/api/v1/campaigns?page=7", headers=tenant.headers)
+    assert response.status_code == 500
+    error = response.json()["error"]
+    request_id = response.headers["x-request-id"]
+    assert error == {"code": "INTERNAL_ERROR", "message": f"Internal server error (request {request_id})"}
+    assert "super-secret-value" not in response.text and "Traceback" not in response.text
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert request_id in logged and "RuntimeError" in logged
+    assert "super-secret-value" not in logged

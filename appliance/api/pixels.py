@@ -1,0 +1,22 @@
+"""POST /api/v1/pixels/fire (interface 4.5); the rules are in appliance/pixels.py."""
+
+from __future__ import annotations
+
+from litestar import Request, Response, post
+
+from appliance import pixels
+from appliance.api.auth import principal
+from appliance.api.io import ok, read_json
+
+
+@post("/api/v1/pixels/fire", operation_id="firePixel", status_code=200,
+      opt={"body": pixels.FireBody, "data": pixels.FireResult, "errors": ["NOT_FOUND"]})
+async def fire_pixel(request: Request) -> Response:
+    """200 whether or not the platform accepted the event: see `success` and `reason`."""
+    who = principal(request.scope)
+    body = await read_json(request, pixels.FireBody)
+    state = request.app.state
+    return ok(await pixels.fire(state.runtime, state.registry, who.tenant_id, body))
+
+
+ROUTES = [fire_pixel]

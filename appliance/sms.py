@@ -1,0 +1,227 @@
+"""POST /api/v1/sms/send (interface 4.4, 2.8; CONTRACT 1, 5).
+
+Order of work:
+1. The body: `message` 1 to 1600 characters, `to` in E.164 (`+` and digits, a possible number
+   for its country), `from` an E.164 number, short code or alphanumeric sender id.
+2. The lead (NOT_FOUND when it is not the caller's tenant's), then the references in the body,
+   each problem a VALIDATION_ERROR naming its field: `campaignId` must be a campaign of the
+   tenant (any state: it only steers sender and provider resolution); `interactionId` a
+   conversation of this lead; a recipient must exist (`to`, else the lead's phone on file);
+   a sender must resolve (appliance/domain/sms_rules.py, with the campaign = `campaignId`,
+   else the lead's campaign).
+3. Provider (sms_rules.resolve_provider) and its credentials: the tenant provider's own
+   (`accountSid`, sealed `authToken` / `apiKey`), each missing one taken from the install-wide
+   `[sms.<type>]` table; the built-in default uses the install-wide ones. Base URL: the tenant
+   provider's `baseUrl` (checked by the SSRF guard unless `[delivery] allow_private_addresses`),
+   else `[sms.<type>] base_url`.
+4. Conversation: with `interactionId` the message is appended to it; otherwise to the open
+   conversation of this lead from this sender, else a new one (`int_...`). The message
+   (`msg_...`, with its GSM-7 / UCS-2 segment count) is committed with status `sending` before
+   the provider is called, then updated to its final status: `sent` (accepted), `failed`
+   (refused) or `error` (provider unreachable or down, or not installed).
+5. Not accepted: 502 PROVIDER_ERROR whose details carry the provider's reason and the stored
+   message id. Credentials never appear in a response, an error, a log line or the store.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import httpx
+import msgspec
+from msgspec import Meta
+
+from appliance.adapters import netguard
+from appliance.adapters.twilio import scrub
+from appliance.clock import iso
+from appliance.domain import sms_rules
+from appliance.domain.messaging import SmsConfig
+from appliance.domain.normalize import to_e164
+from appliance.errors import NotFound, ProviderError, ValidationFailed
+from appliance.ids import new_id
+from appliance.model import Model
+from appliance.plugins import Registry
+from appliance.runtime import Runtime
+from appliance.sdk import SmsMessage, SmsResult
+from appliance.storage import catalog, secrets
+from appliance.storage import leads as lead_store
+from appliance.storage import messages as store
+
+MAX_MESSAGE = 1600
+
+
+class SmsSendBody(Model):
+    lead_id: Annotated[str, Meta(min_length=1, max_length=64)]
+    message: Annotated[str, Meta(min_length=1, max_length=MAX_MESSAGE)]
+    to: Annotated[str, Meta(min_length=1, max_length=32)] | None = None
+    sender: Annotated[str, Meta(min_length=1, max_length=32)] | None = msgspec.field(default=None, name="from")
+    campaign_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    interaction_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+
+
+class SmsSendResult(Model):
+    """Interface 2.8 (messageId, status, interactionId) and what was resolved."""
+
+    message_id: str
+    status: str
+    interaction_id: str
+    lead_id: str
+    sender: str = msgspec.field(name="from")
+    to: str
+    provider: str                     # the provider type: twilio, telnyx or a plugin's
+    provider_id: str | None           # the tenant's providerId; null for the built-in default
+    provider_message_id: str | None
+    segments: int
+    encoding: str
+    created_at: str
+
+
+class _Plan(msgspec.Struct, kw_only=True):
+    lead_id: str
+    recipient: str
+    sender: str
+    provider: sms_rules.ProviderChoice
+    credentials: dict[str, str]
+    base_url: str | None
+    tenant_base_url: bool
+
+
+def _credentials(runtime: Runtime, conn: Any, tenant_id: str, choice: sms_rules.ProviderChoice) -> dict[str, str]:
+    install: dict[str, str] = {}
+    if choice.type == "twilio":
+        cfg = runtime.config.sms.twilio
+        install = {"accountSid": cfg.account_sid, "authToken": cfg.auth_token}
+    elif choice.type == "telnyx":
+        install = {"apiKey": runtime.config.sms.telnyx.api_key}
+    own: dict[str, str] = {}
+    provider = choice.provider
+    if provider is not None:
+        if provider.account_sid:
+            own["accountSid"] = provider.account_sid
+        for field in ("authToken", "apiKey"):
+            ref = f"sms:{provider.provider_id}:{field}"
+            blob = secrets.get_sealed(conn, tenant_id, ref)
+            if blob is not None:
+                own[field] = runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
+    return {k: v for k, v in {**install, **own}.items() if v}
+
+
+def _install_base_url(runtime: Runtime, provider_type: str) -> str | None:
+    if provider_type == "twilio":
+        return runtime.config.sms.twilio.base_url or None
+    if provider_type == "telnyx":
+        return runtime.config.sms.telnyx.base_url or None
+    return None
+
+
+def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
+    problems: list[str] = []
+    conn = runtime.db.reader()
+    with conn:  # one read transaction
+        lead = lead_store.get_lead(conn, tenant_id, body.lead_id)
+        if lead is None:
+            raise NotFound()
+        campaign_id = body.campaign_id or lead.campaign_id
+        campaign = catalog.get_campaign(conn, tenant_id, campaign_id) if campaign_id else None
+        if body.campaign_id is not None and campaign is None:
+            problems.append("campaignId: unknown campaign")
+        if body.interaction_id is not None:
+            conversation = store.get_conversation(conn, tenant_id, body.interaction_id)
+            if conversation is None:
+                problems.append("interactionId: unknown conversation")
+            elif conversation.lead_id != lead.lead_id:
+                problems.append("interactionId: the conversation belongs to another lead")
+        recipient = body.to or lead.phone_e164 or (
+            to_e164(lead.phone, lead.country or runtime.config.defaults.region) if lead.phone else None)
+        if recipient is None:
+            problems.append("to: required: the lead has no phone number on file")
+        sms: SmsConfig | None = catalog.get_sms_config(conn, tenant_id)
+        resolved_campaign = campaign.campaign_id if campaign is not None else None
+        agent = campaign.campaign_ai_agents.rep if campaign is not None else None
+        sender = sms_rules.resolve_sender(sms, resolved_campaign, agent.agent_id if agent else None, body.sender)
+        if sender.number is None:
+            problems.append("from: required: no SMS-capable number is configured for this tenant or campaign")
+        if problems:
+            raise ValidationFailed(problems)
+        choice = sms_rules.resolve_provider(sms, resolved_campaign, runtime.config.sms.default_provider)
+        credentials = _credentials(runtime, conn, tenant_id, choice)
+    assert recipient is not None and sender.number is not None
+    own_url = choice.provider.base_url if choice.provider is not None else None
+    return _Plan(lead_id=lead.lead_id, recipient=recipient, sender=sender.number, provider=choice,
+                 credentials=credentials, base_url=own_url or _install_base_url(runtime, choice.type),
+                 tenant_base_url=own_url is not None)
+
+
+async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str) -> SmsResult:
+    adapter = registry.sms_provider(plan.provider.type)
+    if adapter is None:
+        return SmsResult(accepted=False, status="error",
+                         reason=f"SMS provider type {plan.provider.type!r} is not installed")
+    if plan.tenant_base_url and plan.base_url and not runtime.config.delivery.allow_private_addresses:
+        destination = await netguard.resolve_destination(plan.base_url, False)
+        if destination.reason:
+            return SmsResult(accepted=False, status="error" if destination.transient else "failed",
+                             reason=f"provider baseUrl refused: {destination.reason}")
+    message = SmsMessage(to=plan.recipient, sender=plan.sender, body=text, credentials=plan.credentials,
+                         base_url=plan.base_url, settings=registry.adapter_settings("sms", plan.provider.type))
+    try:
+        async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as http:
+            result = await adapter.send(message, http)
+    except Exception as exc:  # a provider bug is an outage of that provider, never a 500
+        return SmsResult(accepted=False, status="error", reason=f"SMS provider failed: {type(exc).__name__}")
+    if not isinstance(result, SmsResult):
+        return SmsResult(accepted=False, status="error", reason="SMS provider returned no SmsResult")
+    return result
+
+
+async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSendBody) -> SmsSendResult:
+    problems: list[str] = []
+    if body.to is not None and not sms_rules.is_e164(body.to):
+        problems.append("to: must be an E.164 phone number, e.g. +14155552671")
+    if body.sender is not None and (problem := sms_rules.sender_problem(body.sender)):
+        problems.append(f"from: {problem}")
+    if problems:
+        raise ValidationFailed(problems)
+    plan = _plan(runtime, tenant_id, body)
+    segments = sms_rules.count_segments(body.message)
+    now = iso(runtime.clock.now())
+    message_id = new_id("msg")
+
+    def open_unit(conn) -> str:
+        if body.interaction_id is not None:
+            conversation = store.get_conversation(conn, tenant_id, body.interaction_id)
+            if conversation is None or conversation.lead_id != plan.lead_id:
+                raise ValidationFailed(["interactionId: unknown conversation"])
+        else:
+            conversation = store.open_conversation(conn, tenant_id, plan.lead_id, plan.sender)
+            if conversation is None:
+                conversation = store.Conversation(
+                    interaction_id=new_id("int"), lead_id=plan.lead_id, sender=plan.sender,
+                    recipient=plan.recipient, status="open", message_count=0, created_at=now, updated_at=now)
+                store.insert_conversation(conn, tenant_id, conversation)
+        store.insert_message(conn, tenant_id, store.Message(
+            message_id=message_id, interaction_id=conversation.interaction_id, lead_id=plan.lead_id,
+            direction="outbound", sender=plan.sender, recipient=plan.recipient, body=body.message,
+            encoding=segments.encoding, segments=segments.count, provider_id=plan.provider.provider_id,
+            provider_type=plan.provider.type, provider_message_id=None, provider_status=None, status="sending",
+            reason=None, created_at=now, updated_at=now))
+        store.count_message(conn, conversation.interaction_id, now)
+        return conversation.interaction_id
+
+    interaction_id = await runtime.db.write(open_unit)
+    result = await _deliver(runtime, registry, plan, body.message)
+    status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
+    reason = None if result.accepted else scrub(result.reason or "the provider did not accept the message",
+                                                [v for k, v in plan.credentials.items() if k != "accountSid"])
+    provider_message_id = (result.provider_message_id or None) if result.accepted else None
+    finished = iso(runtime.clock.now())
+    await runtime.db.write(lambda conn: store.finish_message(
+        conn, tenant_id, message_id, status=status, provider_message_id=provider_message_id,
+        provider_status=result.status, reason=reason, now=finished))
+    if not result.accepted:
+        raise ProviderError([reason or "", f"messageId: {message_id} stored with status {status}"])
+    return SmsSendResult(
+        message_id=message_id, status=status, interaction_id=interaction_id, lead_id=plan.lead_id,
+        sender=plan.sender, to=plan.recipient, provider=plan.provider.type, provider_id=plan.provider.provider_id,
+        provider_message_id=provider_message_id, segments=segments.count, encoding=segments.encoding,
+        created_at=now)
