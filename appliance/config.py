@@ -24,10 +24,13 @@ class ServerConfig(Settings):
 class StorageConfig(Settings):
     path: str = "./data"  # folder holding appliance.db (relative to the working directory)
     synchronous: str = "FULL"
+    activity_log_days: int = 90  # request log rows older than this are purged; 0 keeps them all
 
     def __post_init__(self) -> None:
         if self.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             invalid("synchronous", "must be FULL, NORMAL or EXTRA")
+        if self.activity_log_days < 0:
+            invalid("activity_log_days", "must be 0 (keep all) or more")
 
 
 class SecurityConfig(Settings):

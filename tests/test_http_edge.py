@@ -164,3 +164,19 @@ def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenan
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert request_id in logged and "RuntimeError" in logged
     assert "super-secret-value" not in logged
+
+
+def test_activity_log_keeps_the_configured_days(runtime, tenant):
+    import asyncio
+    from datetime import datetime, timezone
+
+    from appliance.jobs.ticker import purge_old_activity
+    from appliance.storage.activity import append_activity
+
+    rows = [("2020-01-01T00:00:00.000Z", tenant.tenant_id, tenant.key_id, "GET", "/x", 200, 1.0, "req_old"),
+            (datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z"), tenant.tenant_id, tenant.key_id,
+             "GET", "/x", 200, 1.0, "req_new")]
+    runtime.db.write_sync(lambda conn: append_activity(conn, rows))
+    assert asyncio.run(purge_old_activity(runtime)) == 1
+    kept = runtime.db.reader().execute("SELECT request_id FROM activity_log").fetchall()
+    assert kept == [("req_new",)]

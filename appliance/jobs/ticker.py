@@ -1,4 +1,5 @@
-"""Periodic housekeeping on monotonic ticks: flush the activity log, refresh planner statistics.
+"""Periodic housekeeping on monotonic ticks: flush the activity log, purge its old rows, refresh
+planner statistics.
 Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on."""
 
 from __future__ import annotations
@@ -6,14 +7,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import timedelta
 
+from appliance.clock import iso
 from appliance.runtime import Runtime
-from appliance.storage.activity import append_activity
+from appliance.storage.activity import append_activity, purge_activity
 
 log = logging.getLogger("appliance.ticker")
 
 TICK_SECONDS = 1.0
-OPTIMIZE_EVERY = 300.0  # SQLite checkpoints the WAL itself on commit; the planner stats need a refresh
+OPTIMIZE_EVERY = 300.0
+PURGE_EVERY = 3600.0  # SQLite checkpoints the WAL itself on commit; the planner stats need a refresh
 
 
 async def flush_activity(runtime: Runtime) -> int:
@@ -23,8 +27,17 @@ async def flush_activity(runtime: Runtime) -> int:
     return len(rows)
 
 
+async def purge_old_activity(runtime: Runtime) -> int:
+    days = runtime.config.storage.activity_log_days
+    if days <= 0:
+        return 0
+    before = iso(runtime.clock.now() - timedelta(days=days))
+    return await runtime.db.write(lambda conn: purge_activity(conn, before))
+
+
 async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
     last_optimize = time.monotonic()
+    last_purge = time.monotonic() - PURGE_EVERY  # purge once soon after start
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=TICK_SECONDS)
@@ -32,6 +45,9 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             pass
         try:
             await flush_activity(runtime)
+            if time.monotonic() - last_purge >= PURGE_EVERY:
+                last_purge = time.monotonic()
+                await purge_old_activity(runtime)
             if time.monotonic() - last_optimize >= OPTIMIZE_EVERY:
                 last_optimize = time.monotonic()
                 await runtime.db.write(lambda conn: conn.execute("PRAGMA optimize"))

@@ -33,3 +33,8 @@ def recent_activity(conn: apsw.Connection, tenant_id: str, limit: int = 100) -> 
         " WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
         (tenant_id, limit),
     ).fetchall()
+
+
+def purge_activity(conn: apsw.Connection, before: str) -> int:
+    conn.execute("DELETE FROM activity_log WHERE at < ?", (before,))
+    return conn.changes()
