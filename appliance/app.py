@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from litestar import Litestar
+from litestar.routes import HTTPRoute
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__
@@ -29,6 +30,17 @@ MAX_BODY = 1024 * 1024
 class ApplianceApp(Litestar):
     """Adds the request edge around everything Litestar answers, 404s and errors included."""
 
+    _allow: dict[str, bytes] | None = None
+
+    def allow_header(self, path_template: str) -> bytes | None:
+        """Every method of the route at `path_template`. Litestar's automatic OPTIONS answer lists
+        only the methods of the first handler registered on a path (GET, not the PATCH added by
+        a second handler on the same path), so the edge writes this one instead."""
+        if self._allow is None:
+            self._allow = {route.path_format: ", ".join(sorted(route.methods)).encode()
+                           for route in self.routes if isinstance(route, HTTPRoute)}
+        return self._allow.get(path_template)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:  # type: ignore[override]
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
@@ -44,7 +56,12 @@ class ApplianceApp(Litestar):
             nonlocal status_seen
             if message["type"] == "http.response.start":
                 status_seen = message["status"]
-                message["headers"] = [*message.get("headers", ()), header]
+                headers = [*message.get("headers", ()), header]
+                if scope["method"] == "OPTIONS" and status_seen == 204:
+                    allow = self.allow_header(scope.get("path_template", ""))
+                    if allow is not None:
+                        headers = [(k, v) for k, v in headers if k.lower() != b"allow"] + [(b"allow", allow)]
+                message["headers"] = headers
             await send(message)
 
         try:

@@ -10,7 +10,11 @@ Rules: `fileKey` lowercase letters, digits and underscores; `fileType` a file ex
 and digits, a leading dot is dropped, stored in lower case); `documentUrl` and `signingUrl`
 absolute http or https URLs; `provider` and `status` from the interface's value sets; `signedAt`
 ISO 8601 (a date or a timestamp; stored as UTC with milliseconds). The lead must be the caller's
-tenant's: an unknown leadId, or another tenant's, is a VALIDATION_ERROR naming `leadId`.
+tenant's: an unknown leadId, or another tenant's, is a VALIDATION_ERROR naming `leadId`
+(CONTRACT 1: a reference inside a body). The reads answer NOT_FOUND for a missing file, and
+GET /api/v1/files/{leadId} for a lead that is not the caller's tenant's (the path resource),
+so another tenant's lead cannot be told from a missing one; a lead without files lists
+`{files: [], count: 0}`.
 """
 
 from __future__ import annotations

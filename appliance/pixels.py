@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-import httpx
 import msgspec
 from msgspec import Meta
 
-from appliance.adapters.twilio import scrub
+from appliance.adapters.twilio import http_client, scrub
 from appliance.clock import iso
 from appliance.domain.lead import JourneyEvent
 from appliance.domain.pixel_payloads import event_id as stable_event_id
@@ -85,7 +84,7 @@ async def _send(registry: Registry, platform: str, event: PixelEvent) -> PixelRe
     if adapter is None:
         return PixelResult(success=False, reason=f"pixel platform {platform!r} is not installed")
     try:
-        async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as http:
+        async with http_client() as http:
             result = await adapter.fire(event, http)
     except Exception as exc:  # a platform adapter's bug is a failed fire, never a 500
         return PixelResult(success=False, reason=f"pixel platform failed: {type(exc).__name__}")

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import httpx
 import msgspec
 from msgspec import Meta
 
 from appliance.adapters import netguard
-from appliance.adapters.twilio import scrub
+from appliance.adapters.twilio import http_client, scrub
 from appliance.clock import iso
 from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
@@ -165,7 +164,7 @@ async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str)
     message = SmsMessage(to=plan.recipient, sender=plan.sender, body=text, credentials=plan.credentials,
                          base_url=plan.base_url, settings=registry.adapter_settings("sms", plan.provider.type))
     try:
-        async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as http:
+        async with http_client() as http:
             result = await adapter.send(message, http)
     except Exception as exc:  # a provider bug is an outage of that provider, never a 500
         return SmsResult(accepted=False, status="error", reason=f"SMS provider failed: {type(exc).__name__}")

@@ -2,10 +2,11 @@
 plugin: a form POST to `{base_url}/2010-04-01/Accounts/{accountSid}/Messages.json` with `To`,
 `From` and `Body`, HTTP Basic auth `accountSid:authToken`.
 
-Also home of `post_capped` and `outage_reason`, the one outgoing-call helper the built-in SMS and
-pixel adapters share: one hard deadline over connect, send and the whole read (adapter setting
-`timeout_seconds`, default 10, from the plugin's `[plugins.<module>]` table), redirects never
-followed, the answer read up to 1 MiB.
+Also home of what the built-in SMS and pixel adapters share: `http_client` (the client the SMS
+and pixel services hand to any adapter) and `post_capped` / `outage_reason`: one hard deadline
+over connect, send and the whole read (adapter setting `timeout_seconds`, default 10, from the
+plugin's `[plugins.<module>]` table, e.g. `[plugins.twilio]`), redirects never followed, the
+answer read up to 1 MiB.
 
 Results: 2xx with a message sid is accepted. Otherwise the message is not accepted and `status`
 says why: `error` when the provider could not be reached or had an outage (timeout, connection
@@ -18,9 +19,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote, urlencode
 
+import certifi
 import httpx
 
 from appliance.sdk import SmsMessage, SmsProvider, SmsResult, hookimpl
@@ -41,6 +44,18 @@ class Answer(NamedTuple):
             return json.loads(self.body)
         except ValueError:
             return None
+
+
+_tls: ssl.SSLContext | None = None
+
+
+def http_client() -> httpx.AsyncClient:
+    """A client for one outgoing call: no proxies from the environment, no redirects, and the
+    TLS context (the costly part of a new client) built once per process."""
+    global _tls
+    if _tls is None:
+        _tls = ssl.create_default_context(cafile=certifi.where())
+    return httpx.AsyncClient(verify=_tls, trust_env=False, follow_redirects=False, timeout=None)
 
 
 def timeout_of(settings: dict[str, Any]) -> float:

@@ -39,6 +39,7 @@ _ERROR_ENVELOPE = {
 # errors naming the parameter); the document states what those parsers accept. A handler may
 # declare its own with opt={"query": {name: schema}}; else its operation's entry, else the name's.
 _BOOL = {"type": "boolean"}
+_EMPTY = {"type": "string", "maxLength": 0}
 _DAY_OR_INSTANT = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
 QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
     "page": {"type": "integer", "minimum": 1, "maximum": QUERY_INT_MAX},
@@ -147,7 +148,9 @@ def _describe_query(operation: dict[str, Any], opt: dict[str, Any]) -> bool:
             continue
         queried = True
         name = parameter["name"]
-        parameter["schema"] = dict(specific.get(name) or QUERY_SCHEMAS.get(name) or {"type": "string"})
+        schema = specific.get(name) or QUERY_SCHEMAS.get(name)
+        # An empty value (`?page=`) counts as not given, whatever the parameter's type.
+        parameter["schema"] = {"anyOf": [schema, _EMPTY]} if schema else {"type": "string"}
     return queried
 
 
