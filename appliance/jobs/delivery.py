@@ -64,6 +64,7 @@ class DeliveryWorker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self._wake = asyncio.Event()
+        self._endpoints: dict[tuple[str, int, str], tuple[DeliveryEndpoint | None, dict[str, str]]] = {}
 
     def wake(self) -> None:
         """New work may be due (a submit committed a job, a job finished)."""
@@ -139,16 +140,25 @@ class DeliveryWorker:
                 break
         if not endpoint_id:
             return None, {}
+        # Endpoints and their opened secrets change only with the tenant's config revision.
+        key = (attempt.job.tenant_id, attempt.settings.rev, endpoint_id)
+        found = self._endpoints.get(key)
+        if found is None:
+            found = self._endpoints[key] = self._load_endpoint(attempt.job.tenant_id, endpoint_id)
+            if len(self._endpoints) > 1024:
+                self._endpoints.pop(next(iter(self._endpoints)))
+        return found
+
+    def _load_endpoint(self, tenant_id: str, endpoint_id: str) -> tuple[DeliveryEndpoint | None, dict[str, str]]:
         conn = self.runtime.db.reader()
-        endpoint = next((e for e in catalog.load_docs(conn, catalog.DELIVERY_ENDPOINTS, attempt.job.tenant_id)
-                         if e.delivery_endpoint_id == endpoint_id), None)
+        endpoint = catalog.get_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
         opened: dict[str, str] = {}
         if endpoint is not None:
             for name in SECRET_FIELDS:
                 ref = f"endpoint:{endpoint_id}:{name}"
-                blob = secrets.get_sealed(conn, attempt.job.tenant_id, ref)
+                blob = secrets.get_sealed(conn, tenant_id, ref)
                 if blob is not None:
-                    opened[name] = self.runtime.box.open_bytes(blob, f"{attempt.job.tenant_id}/{ref}")
+                    opened[name] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
         return endpoint, opened
 
     # ---- delivery -------------------------------------------------------------------------
@@ -171,7 +181,10 @@ class DeliveryWorker:
             return
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
-        reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
+        if checks[campaign.campaign_id] == ([], None):
+            reserved = Reserved(campaign, [])  # no limit applies and the window is open: nothing to take
+        else:
+            reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
         if reserved is None:
             return  # queued until a window opens or a limit resets
         endpoint, opened = self._endpoint(attempt, reserved.campaign)

@@ -184,6 +184,13 @@ def load_docs(conn: apsw.Connection, where: _DocTable, tenant_id: str) -> list[A
     return [decoder.decode(doc) for doc in list_docs(conn, where, tenant_id)]
 
 
+def get_doc(conn: apsw.Connection, where: _DocTable, tenant_id: str, item_id: str) -> Any | None:
+    found = conn.execute(
+        f"SELECT doc FROM {where.table} WHERE tenant_id = ? AND {where.id_column} = ?", (tenant_id, item_id)
+    ).fetchone()
+    return msgspec.json.decode(found[0], type=where.kind) if found else None
+
+
 def doc_ids(conn: apsw.Connection, where: _DocTable, tenant_id: str) -> set[str]:
     return {
         item_id for (item_id,) in conn.execute(
