@@ -46,7 +46,7 @@ class DeliveryConfig(Settings):
     allow_private_addresses: bool = False
     # Deliveries in flight at once; 0 runs no delivery worker in this process (intake only: jobs
     # wait in the database until a process with a worker runs).
-    concurrency: int = 64
+    concurrency: int = 16
 
     def __post_init__(self) -> None:
         if self.concurrency < 0:

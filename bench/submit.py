@@ -11,6 +11,7 @@ bench/delivery.py measures delivery. Server pinned to CPU 0, load client to CPU 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -84,9 +85,13 @@ def submit_body(n: int) -> bytes:
     return msgspec.json.encode({"campaignId": "BEN1", **lead})
 
 
+_SERIAL = itertools.count(1)
+
+
 def submit_request(n: int) -> Request:
-    # Several client processes each count from 0: spread them so emails stay unique per run.
-    n += os.getpid() * 1_000_000 + int(time.time() * 1000) % 1_000_000 * 1000
+    # Every run in a process counts n from 0 and client processes run side by side: a serial per
+    # process plus the process id keeps emails unique, so dedupe never fires by accident.
+    n = os.getpid() * 10_000_000 + next(_SERIAL)
     return Request(method="POST", path="/api/v1/leads/submit",
                    headers={"X-API-Key": _KEY, "Content-Type": "application/json"}, body=submit_body(n))
 

@@ -25,8 +25,9 @@ WriteFn = Callable[[apsw.Connection], T]
 _MAX_BATCH = 512
 # Under load, wait this long for more work before committing: a commit costs far more than a
 # unit (measured here: ~300 us of CPU at FULL), so bigger groups mean more leads per second.
-# A lone request (the previous group held one unit) is committed at once.
+# Light load (the previous group held fewer than _BUSY_GROUP units) is committed at once.
 _LINGER_SECONDS = 0.004
+_BUSY_GROUP = 4
 _STOP = object()
 
 
@@ -126,7 +127,7 @@ class Database:
                     stopping = True
                     break
                 batch.append(item)
-            busy = len(batch) > 1
+            busy = len(batch) >= _BUSY_GROUP
             self._commit_batch(conn, batch)
 
     @staticmethod
