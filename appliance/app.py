@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 
@@ -25,6 +26,10 @@ from appliance.runtime import Runtime
 from appliance.tenant_settings import SettingsCache
 
 MAX_BODY = 1024 * 1024
+# httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
+# a buyer's or provider's URL may carry a credential in its query string. Our own delivery
+# records show URLs with query values masked; these library loggers stay quiet below WARNING.
+QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 class ApplianceApp(Litestar):
@@ -83,6 +88,8 @@ class ApplianceApp(Litestar):
 
 def create_app(runtime: Runtime, *, background: bool = True, registry: Registry | None = None) -> ApplianceApp:
     """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued)."""
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     registry = registry if registry is not None else load_plugins(runtime.config)
     settings = SettingsCache(runtime.db)
     worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))

@@ -96,7 +96,7 @@ class ModifiedPayload(Model):
     phone: Annotated[str, Meta(min_length=10, max_length=32)] | None = None
     address: Address | None = None
     date_of_birth: Annotated[str, Meta(max_length=10)] | None = None
-    country: Annotated[str, Meta(pattern="^[A-Z]{2}$")] | None = None
+    country: Annotated[str, Meta(pattern="^[A-Z]{2}(?!\\n)$")] | None = None
     files: Annotated[list[dict[str, Any]], Meta(max_length=MAX_FILES)] | None = None
     questionnaire: (Annotated[dict[str, Any], Meta(max_length=MAX_QUESTIONNAIRE)]
                     | Annotated[list[QuestionAnswer], Meta(max_length=MAX_QUESTIONNAIRE)]) = {}

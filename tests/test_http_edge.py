@@ -180,3 +180,17 @@ def test_activity_log_keeps_the_configured_days(runtime, tenant):
     assert asyncio.run(purge_old_activity(runtime)) == 1
     kept = runtime.db.reader().execute("SELECT request_id FROM activity_log").fetchall()
     assert kept == [("req_new",)]
+
+
+def test_country_with_a_trailing_newline_is_refused(client, tenant):
+    body = {"campaignId": "AC01", "firstName": "A", "lastName": "B", "email": "a@b.co", "phone": "+14155552671",
+            "country": "US\n"}
+    response = client.post("/api/v1/leads/submit", json=body, headers=tenant.headers)
+    assert response.status_code == 400
+    assert response.json()["error"]["details"][0].startswith("country: ")
+
+
+def test_pre_1970_date_range_is_accepted(client, tenant):
+    response = client.get("/api/v1/leads?startDate=1960-01-01&endDate=1965-01-01", headers=tenant.headers)
+    assert response.status_code == 200
+    assert response.json()["data"]["leads"] == []

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import msgspec
 import pytest
 import uvicorn
 
@@ -180,7 +181,6 @@ def test_chunked_body_over_one_mib_without_content_length_is_413(served):
 
 def test_chunked_body_under_the_limit_is_accepted(served):
     base, _, tenant = served
-    import msgspec
     body = msgspec.json.encode({"campaignId": "AC01", **person(1), "notes": "z" * 9000})
     chunks = [body[i:i + 1000] for i in range(0, len(body), 1000)]
     status, _, answer = _post_raw(base, SUBMIT, {**tenant.headers, "Content-Type": "application/json"},

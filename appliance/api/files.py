@@ -16,7 +16,7 @@ FileKey = Annotated[str, PathParameter(name="fileKey")]
 
 
 @post("/api/v1/files", operation_id="upsertFile", status_code=201,
-      opt={"body": files.FileBody, "data": files.FileReference, "status": 201})
+      opt={"body": files.FileBody, "data": files.FileReference, "status": 201, "also_status": [200]})
 async def upsert_file(request: Request) -> Response:
     """Creates (201) or updates (200, same fileId) the file reference of (leadId, fileKey)."""
     who = principal(request.scope)

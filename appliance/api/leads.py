@@ -64,11 +64,8 @@ class LeadPage(Model):
     has_more: bool
 
 
-def _id_bound(ms: int) -> str:
-    return floor_id("lead", ms)
-
-
-def _date_bound(request: Request, name: str, *, end: bool) -> str | None:
+def _date_bound(request: Request, name: str, *, end: bool) -> int | None:
+    """The bound as epoch milliseconds (exclusive for the end)."""
     raw = query_str(request, name)
     if raw is None:
         return None
@@ -79,7 +76,7 @@ def _date_bound(request: Request, name: str, *, end: bool) -> str | None:
     epoch_ms = (moment - _EPOCH) // timedelta(milliseconds=1)
     if end:  # inclusive: a date means through the end of that UTC day, a timestamp through its millisecond
         epoch_ms += 86_400_000 if bare_date else 1
-    return _id_bound(epoch_ms)
+    return epoch_ms
 
 
 def _csv(request: Request, name: str) -> tuple[str, ...]:
@@ -140,10 +137,13 @@ async def list_leads(
     tenant_id = principal(request.scope).tenant_id
     runtime = request.app.state.runtime
     per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    after_id = _date_bound(request, "startDate", end=False)
-    before_id = _date_bound(request, "endDate", end=True)
-    if after_id is not None and before_id is not None and before_id <= after_id:
+    after_ms = _date_bound(request, "startDate", end=False)
+    before_ms = _date_bound(request, "endDate", end=True)
+    # Compared as times: ids cannot go below the epoch, so two pre-1970 dates share an id bound.
+    if after_ms is not None and before_ms is not None and before_ms <= after_ms:
         raise ValidationFailed(["endDate: must not be before startDate"])
+    after_id = floor_id("lead", after_ms) if after_ms is not None else None
+    before_id = floor_id("lead", before_ms) if before_ms is not None else None
     text = (query_str(request, "search") or "").strip()
     if len(text) > MAX_SEARCH:
         raise ValidationFailed([f"search: at most {MAX_SEARCH} characters"])

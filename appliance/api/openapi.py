@@ -119,6 +119,10 @@ def build_document(app: Any) -> dict[str, Any]:
         status = str(opt.get("status", 200))
         responses = {status: {"description": "Success", "headers": _REQUEST_ID,
                               "content": {JSON: {"schema": _envelope(data_schema)}}}}
+        also = opt.get("also_status", ())  # a second success status, e.g. 200 for an upsert that updated
+        for other in map(str, also):  # e.g. an upsert: 201 created, 200 updated
+            responses[other] = {"description": "Success", "headers": _REQUEST_ID,
+                                "content": {JSON: {"schema": _envelope(data_schema)}}}
         codes = list(opt.get("errors", ()))
         if not opt.get("public"):
             codes.append("UNAUTHORIZED")

@@ -23,7 +23,7 @@ _CONTACT = [
     _entry("contact", "phone", "Phone", "phone", ValidationRules(min_length=10)),
     _entry("contact", "phoneE164", "Phone (E.164)", "phone"),
     _entry("contact", "dateOfBirth", "Date of birth", "date"),
-    _entry("contact", "country", "Country", rules=ValidationRules(pattern="^[A-Z]{2}$")),
+    _entry("contact", "country", "Country", rules=ValidationRules(pattern="^[A-Z]{2}(?!\\n)$")),
     _entry("contact", "address.street", "Street address"),
     _entry("contact", "address.city", "City"),
     _entry("contact", "address.state", "State"),
