@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from collections.abc import Callable

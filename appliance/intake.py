@@ -18,7 +18,7 @@ from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
 from appliance.domain.lead import LeadRecord, QualificationOutcome, Submission
 from appliance.domain.pipeline import (
-    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
+    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import Forbidden, ValidationFailed
@@ -65,15 +65,6 @@ def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None,
     return checks
 
 
-def _resolve_campaign(settings: TenantSettings, campaign_id: str) -> Campaign:
-    campaign = settings.campaigns.get(campaign_id)
-    if campaign is None:
-        raise ValidationFailed(["campaignId: unknown campaign"])
-    if not usable(campaign):
-        raise ValidationFailed(["campaignId: campaign is inactive or archived"])
-    return campaign
-
-
 def _resolve_source(campaign: Campaign, principal: KeyRecord) -> IngestionSource | None:
     if principal.kind != "source":
         return None
@@ -86,7 +77,7 @@ def _resolve_source(campaign: Campaign, principal: KeyRecord) -> IngestionSource
 async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead,
                  registry: Registry) -> SubmitResult:
     tenant_id = principal.tenant_id
-    intake = _resolve_campaign(settings, body.campaign_id)
+    intake = settings.usable_campaign(body.campaign_id)
     source = _resolve_source(intake, principal)
     now_dt = runtime.clock.now()
     now, today = iso(now_dt), now_dt.date()

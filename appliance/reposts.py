@@ -58,13 +58,11 @@ from msgspec import Meta
 from appliance.clock import iso
 from appliance.domain.campaign import Campaign
 from appliance.domain.lead import (
-    REPOSTABLE, Address, Approval, JourneyEvent, LeadRecord, QualificationOutcome, QuestionAnswer, RoutingOutcome,
+    REPOSTABLE, Approval, JourneyEvent, LeadRecord, QualificationOutcome, RoutingOutcome,
     Submission,
 )
 from appliance.domain.pipeline import PromptEvaluator, evaluate, event, snapshot, usable
-from appliance.domain.submission import (
-    MAX_FILES, MAX_OBJECT_KEYS, MAX_QUESTIONNAIRE, SubmitLead, build_lead, facts_of, field_library_problems,
-)
+from appliance.domain.submission import LeadData, SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
@@ -87,25 +85,8 @@ class DeliveryInfo(Model):
     delivery_endpoint_id: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
 
 
-class ModifiedPayload(Model):
+class ModifiedPayload(LeadData):
     """SubmitLead's lead data fields (every one but leadId and campaignId), same rules."""
-
-    first_name: Annotated[str, Meta(max_length=100)] | None = None
-    last_name: Annotated[str, Meta(max_length=100)] | None = None
-    email: Annotated[str, Meta(max_length=254)] | None = None
-    phone: Annotated[str, Meta(min_length=10, max_length=32)] | None = None
-    address: Address | None = None
-    date_of_birth: Annotated[str, Meta(max_length=10)] | None = None
-    country: Annotated[str, Meta(pattern="^[A-Z]{2}(?!\\n)$")] | None = None
-    files: Annotated[list[dict[str, Any]], Meta(max_length=MAX_FILES)] | None = None
-    questionnaire: (Annotated[dict[str, Any], Meta(max_length=MAX_QUESTIONNAIRE)]
-                    | Annotated[list[QuestionAnswer], Meta(max_length=MAX_QUESTIONNAIRE)]) = {}
-    attribution: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
-    compliance: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
-    is_test: bool | None = None
-    timezone: Annotated[str, Meta(max_length=64)] | None = None
-    notes: Annotated[str, Meta(max_length=10_000)] | None = None
-    custom_fields: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
 
 
 class RepostBody(Model):
@@ -139,14 +120,6 @@ def endpoint_override(submission: Submission) -> str | None:
 
 
 # ---- shared steps --------------------------------------------------------------------------------
-
-def _campaign(settings: TenantSettings, campaign_id: str) -> Campaign:
-    campaign = settings.campaigns.get(campaign_id)
-    if campaign is None:
-        raise ValidationFailed(["campaignId: unknown campaign"])
-    if not usable(campaign):
-        raise ValidationFailed(["campaignId: campaign is inactive or archived"])
-    return campaign
 
 
 def _read(runtime: Runtime, tenant_id: str, lead_id: str) -> tuple[LeadRecord, Submission | None, set[str]]:
@@ -244,7 +217,7 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
     target = None
     if modified:
         try:
-            target = _campaign(settings, body.campaign_id)
+            target = settings.usable_campaign(body.campaign_id)
         except ValidationFailed as exc:
             problems += exc.details or []
     if endpoint_id is not None and endpoint_id not in endpoints:
@@ -316,7 +289,7 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
     now_dt = runtime.clock.now()
     now = iso(now_dt)
     lead, previous, _ = _read(runtime, tenant_id, lead_id)
-    campaign = _campaign(settings, body.campaign_id)
+    campaign = settings.usable_campaign(body.campaign_id)
     if lead.approval is not None and lead.approval.status in ("pending", "rejected"):
         raise InvalidState([f"approval: the lead's approval is {lead.approval.status}; "
                             "a lead with a pending or rejected approval cannot be delivered"])

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 from appliance.domain.campaign import Campaign
 from appliance.domain.catalog import FieldLibraryEntry
+from appliance.domain.pipeline import usable
 from appliance.domain.rules import prepare_value_sets
+from appliance.errors import ValidationFailed
 from appliance.storage import catalog
 from appliance.storage.db import Database
 
@@ -20,6 +22,15 @@ class TenantSettings:
     value_sets: dict
     labels: dict[str, str]  # questionnaire key -> question text (field library)
     checked_fields: list[FieldLibraryEntry] = field(default_factory=list)  # entries with rules to enforce
+
+    def usable_campaign(self, campaign_id: str) -> Campaign:
+        """The active, unarchived campaign a body names, else a VALIDATION_ERROR on campaignId."""
+        campaign = self.campaigns.get(campaign_id)
+        if campaign is None:
+            raise ValidationFailed(["campaignId: unknown campaign"])
+        if not usable(campaign):
+            raise ValidationFailed(["campaignId: campaign is inactive or archived"])
+        return campaign
 
 
 def _has_rules(entry: FieldLibraryEntry) -> bool:

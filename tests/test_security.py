@@ -18,15 +18,11 @@ import secrets as pysecrets
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
-import pytest
 from litestar.routes import HTTPRoute
 
 from appliance import apikeys, tenancy
-from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import open_runtime
 from appliance.storage import tenants as tenant_store

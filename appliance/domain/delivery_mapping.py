@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from appliance.domain.endpoint import DeliveryEndpoint, ResponseMatcher, ResponseRules
-from appliance.domain.rules import MISSING, resolve
+from appliance.domain.rules import MISSING, is_absent, resolve
 from appliance.sdk import DeliveryResult
 
 MAX_RESPONSE_FIELDS: Final = 50
@@ -58,14 +58,6 @@ class _Impossible(Exception):
 # ---- building the body -------------------------------------------------------------------
 
 
-def _absent(value: Any) -> bool:
-    if value is None or value is MISSING:
-        return True
-    if isinstance(value, str):
-        return not value.strip()
-    if isinstance(value, (list, dict)):
-        return not value
-    return False
 
 
 def _scalar_text(x: Any) -> str | None:
@@ -155,7 +147,7 @@ def build_payload(endpoint: DeliveryEndpoint, lead: Mapping[str, Any], today: da
             raw: Any = mapping.value
         else:
             raw = resolve(lead, mapping.lead_field, today)
-        if _absent(raw):
+        if is_absent(raw):
             if mapping.required:
                 problems.append(f"{where}: required value missing")
             continue

@@ -100,7 +100,8 @@ class QualificationResult(msgspec.Struct, kw_only=True):
 # ---- facts ------------------------------------------------------------------------------
 
 
-def _absent(value: Any) -> bool:
+def is_absent(value: Any) -> bool:
+    """Missing for rules and mappings: None, MISSING, blank text, empty list or object."""
     if value is None or value is MISSING:
         return True
     if isinstance(value, str):
@@ -151,7 +152,7 @@ def resolve(facts: Mapping[str, Any], path: str | None, today: date) -> Any:
         value = _answer(facts.get("questionnaire"), path[len(_QUESTIONNAIRE):])
     else:
         value = _walk(facts, path)
-    return MISSING if _absent(value) else value
+    return MISSING if is_absent(value) else value
 
 
 # ---- scalar coercions -------------------------------------------------------------------

@@ -28,11 +28,9 @@ MAX_OBJECT_KEYS = 200
 Text = Annotated[str, Meta(max_length=1000)]
 
 
-class SubmitLead(Model):
-    """POST /api/v1/leads/submit (interface 4.3)."""
+class LeadData(Model):
+    """The lead's own fields of a submit body (also a repost's modifiedPayload)."""
 
-    lead_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
-    campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]
     first_name: Annotated[str, Meta(max_length=100)] | None = None
     last_name: Annotated[str, Meta(max_length=100)] | None = None
     email: Annotated[str, Meta(max_length=254)] | None = None
@@ -49,6 +47,13 @@ class SubmitLead(Model):
     timezone: Annotated[str, Meta(max_length=64)] | None = None
     notes: Annotated[str, Meta(max_length=10_000)] | None = None
     custom_fields: Annotated[dict[str, Any], Meta(max_length=MAX_OBJECT_KEYS)] | None = None
+
+
+class SubmitLead(LeadData):
+    """POST /api/v1/leads/submit (interface 4.3)."""
+
+    lead_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
+    campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]
 
 
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$")

@@ -115,11 +115,11 @@ class DeliveryWorker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.error("job %d (%s) failed: %s", job.job_id, job.kind, type(exc).__name__)
+            error = f"internal error: {type(exc).__name__}"
+            log.error("job %d (%s) failed: %s", job.job_id, job.kind, error)
             now = iso(self.runtime.clock.now())
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
-            await self.runtime.db.write(lambda conn: jobs.reschedule(
-                conn, job.job_id, due, now, error=f"internal error: {type(exc).__name__}"))
+            await self.runtime.db.write(lambda conn: jobs.reschedule(conn, job.job_id, due, now, error=error))
         finally:
             self.wake()
 
@@ -237,7 +237,8 @@ class DeliveryWorker:
                  checks: dict[str, tuple[list[LimitCheck], Blocked | None]]) -> Reserved | None:
         """In the write transaction: find a campaign with room now and take its slots, or queue."""
         tenant_id, now = attempt.job.tenant_id, attempt.now
-        current, tried, blocked = campaign, {campaign.campaign_id}, None
+        current, tried = campaign, {campaign.campaign_id}
+        first_block: Blocked | None = None  # what stopped the lead's own campaign
         while True:
             limits, schedule = checks[current.campaign_id]
             blocked = next((limit_blocked(check) for check in limits
@@ -246,11 +247,11 @@ class DeliveryWorker:
             if blocked is None:
                 for check in limits:
                     lead_store.add_to_counter(conn, tenant_id, check.scope, check.period_start)
-                if current is not campaign:
-                    self._move(conn, attempt, current, f"{campaign.campaign_id}: {first_reason}")
+                if first_block is not None:
+                    self._move(conn, attempt, current, f"{campaign.campaign_id}: {first_block.reason}")
                 return Reserved(current, [(c.scope, c.period_start) for c in limits])
-            if current is campaign:
-                first_reason, first_block = blocked.reason, blocked
+            if first_block is None:
+                first_block = blocked
             if blocked.action == "route":
                 following = [blocked.route_to] if blocked.route_to else []
             elif blocked.action == "next_priority":
