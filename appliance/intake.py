@@ -205,6 +205,9 @@ class _Plan:
             created_at=now, updated_at=now,
         )
         if self.existing:
+            previous = lead_store.latest_submission(conn, self.tenant_id, lead.lead_id)
+            if previous is not None:  # one live delivery per lead: the new submission replaces it
+                lead_store.cancel_open_jobs(conn, previous.submission_id, now)
             lead_store.update_lead(conn, self.tenant_id, lead, names_changed=True)
         else:
             lead_store.insert_lead(conn, self.tenant_id, lead, self.intake.campaign_id)

@@ -40,8 +40,7 @@ SECRET_FIELDS = ("auth.password", "auth.token")
 
 @dataclass
 class Reserved:
-    campaign: Campaign
-    scopes: list[tuple[str, str]]  # counters taken, given back if the delivery does not happen
+    campaign: Campaign  # the campaign with room; its slots are held on the job row until the outcome
 
 
 @dataclass
@@ -119,7 +118,16 @@ class DeliveryWorker:
             log.error("job %d (%s) failed: %s", job.job_id, job.kind, error)
             now = iso(self.runtime.clock.now())
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
-            await self.runtime.db.write(lambda conn: jobs.reschedule(conn, job.job_id, due, now, error=error))
+
+
+            def give_up_attempt(conn: apsw.Connection) -> None:
+                jobs.release_reservations(conn, job.tenant_id, job.job_id)
+                jobs.reschedule(conn, job.job_id, due, now, error=error)
+
+            try:
+                await self.runtime.db.write(give_up_attempt)
+            except Exception as storage_exc:  # left `running`: requeued (and released) at the next start
+                log.error("job %d could not be rescheduled: %s", job.job_id, type(storage_exc).__name__)
         finally:
             self.wake()
 
@@ -184,7 +192,7 @@ class DeliveryWorker:
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
         if checks[campaign.campaign_id] == ([], None):
-            reserved = Reserved(campaign, [])  # no limit applies and the window is open: nothing to take
+            reserved = Reserved(campaign)  # no limit applies and the window is open: nothing to take
         else:
             reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
         if reserved is None:
@@ -247,9 +255,11 @@ class DeliveryWorker:
             if blocked is None:
                 for check in limits:
                     lead_store.add_to_counter(conn, tenant_id, check.scope, check.period_start)
+                if limits:
+                    jobs.hold_reservations(conn, attempt.job.job_id, [(c.scope, c.period_start) for c in limits])
                 if first_block is not None:
                     self._move(conn, attempt, current, f"{campaign.campaign_id}: {first_block.reason}")
-                return Reserved(current, [(c.scope, c.period_start) for c in limits])
+                return Reserved(current)
             if first_block is None:
                 first_block = blocked
             if blocked.action == "route":
@@ -293,9 +303,7 @@ class DeliveryWorker:
             self._settle(conn, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
                          job_state="done", event_kind="delivered", details=details)
             return
-        if reserved is not None:
-            for scope, period in reserved.scopes:
-                lead_store.take_from_counter(conn, job.tenant_id, scope, period)
+        jobs.release_reservations(conn, job.tenant_id, job.job_id)
         retry = endpoint.retry if endpoint is not None else None
         max_attempts = retry.max_attempts if retry else len(DEFAULT_BACKOFF) + 1
         backoff = list(retry.backoff_seconds) if retry and retry.backoff_seconds else list(DEFAULT_BACKOFF)
@@ -328,7 +336,10 @@ class DeliveryWorker:
                 details: dict | None = None) -> None:
         """Write the submission (and the lead, when this is its latest submission) after a step."""
         tenant_id, now = attempt.job.tenant_id, iso(self.runtime.clock.now())
-        if job_state is not None:
+        if jobs.job_state(conn, attempt.job.job_id) == "cancelled":
+            # An operator changed the lead while this attempt ran: keep their status, note ours.
+            status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
+        elif job_state is not None:
             jobs.finish(conn, attempt.job.job_id, job_state, now, None if job_state == "done" else reason)
         submission = lead_store.get_submission(conn, tenant_id, attempt.submission.submission_id) or attempt.submission
         changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
@@ -375,6 +386,13 @@ class DeliveryWorker:
                               prompt_evaluator=self.registry.prompt_evaluator())
 
         def unit(conn: apsw.Connection) -> None:
+            status, reason = evaluation.status, evaluation.qualification.reason or evaluation.status
+            stored = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+            held = stored.approval if stored is not None and evaluation.approval is None else None
+            if status == "qualified" and held is not None and held.status in ("pending", "rejected"):
+                # As at intake: a resubmission must not slip past an open or refused human decision.
+                status = "pending_action" if held.status == "pending" else "rejected"
+                reason = f"the lead's approval is {held.status}"
             attempt.events.extend(evaluation.events)
             attempt.submission = msgspec.structs.replace(
                 attempt.submission, campaign=snapshot(evaluation.campaign), qualification=evaluation.qualification,
@@ -384,13 +402,12 @@ class DeliveryWorker:
                 lead_store.update_submission(conn, job.tenant_id, msgspec.structs.replace(
                     submission, qualification=evaluation.qualification, routing=evaluation.routing,
                     qualified_at=evaluation.qualification.qualified_at))
-            self._settle(conn, attempt, None, evaluation.status, evaluation.qualification.reason or evaluation.status,
-                         job_state="done", event_kind="evaluated")
+            self._settle(conn, attempt, None, status, reason, job_state="done", event_kind="evaluated")
             if evaluation.approval is not None:
                 lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
                 if lead is not None:
                     lead_store.update_lead(conn, job.tenant_id, msgspec.structs.replace(lead, approval=evaluation.approval))
-            if evaluation.status == "qualified":
+            if status == "qualified":
                 lead_store.insert_job(conn, tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
                                       submission_id=job.submission_id, due_at=now, now=now)
 

@@ -130,20 +130,37 @@ class Database:
             busy = len(batch) >= _BUSY_GROUP
             self._commit_batch(conn, batch)
 
-    @staticmethod
-    def _commit_batch(conn: apsw.Connection, batch: list) -> None:
+    @classmethod
+    def _commit_batch(cls, conn: apsw.Connection, batch: list) -> None:
+        try:
+            cls._run_batch(conn, batch)
+        except BaseException as exc:  # a bug here must fail this group, never kill the writer thread
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}")) for _, done in batch])
+
+    @classmethod
+    def _run_batch(cls, conn: apsw.Connection, batch: list) -> None:
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
         except apsw.Error as exc:
             _resolve([(done, None, StorageError(f"cannot start a write transaction: {exc}")) for _, done in batch])
             return
-        for fn, done in batch:
+        for position, (fn, done) in enumerate(batch):
             # A savepoint per unit: one failing request rolls back alone, the rest still commit.
             conn.execute("SAVEPOINT unit")
             try:
                 result = fn(conn)
             except BaseException as exc:  # handed to the caller; the writer thread must live on
+                if conn.getautocommit():
+                    # SQLite already rolled the whole transaction back (disk full, I/O error):
+                    # the units before this one are gone too; the ones after get a new group.
+                    lost = StorageError("the write transaction was rolled back by the database")
+                    _resolve([(d, None, lost) for d, _, _ in outcomes] + [(done, None, exc)])
+                    if position + 1 < len(batch):
+                        cls._commit_batch(conn, batch[position + 1:])
+                    return
                 conn.execute("ROLLBACK TO unit")
                 conn.execute("RELEASE unit")
                 outcomes.append((done, None, exc))

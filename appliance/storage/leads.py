@@ -151,8 +151,11 @@ def insert_job(conn: apsw.Connection, *, tenant_id: str, kind: str, lead_id: str
 
 
 def cancel_open_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int:
+    """Cancel the submission's waiting and running jobs. A running attempt finishes its call, but
+    the worker then records nothing over the lead and never retries a cancelled job."""
     conn.execute(
-        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ? AND state IN ('ready', 'held')",
+        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ?"
+        " AND state IN ('ready', 'held', 'running')",
         (now, submission_id),
     )
     return conn.changes()

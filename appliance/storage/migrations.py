@@ -282,3 +282,9 @@ def m004_files_sms(conn: apsw.Connection) -> None:
         CREATE INDEX sms_messages_by_lead ON sms_messages(tenant_id, lead_id, message_id);
         """
     )
+
+
+@migration
+def m005_job_reservations(conn: apsw.Connection) -> None:
+    # Delivery-limit slots a running attempt holds, so an interrupted attempt gives them back.
+    conn.execute("ALTER TABLE jobs ADD COLUMN reservations TEXT")
