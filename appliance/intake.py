@@ -21,7 +21,7 @@ from appliance.domain.pipeline import (
     Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
-from appliance.errors import Forbidden, ValidationFailed
+from appliance.errors import Forbidden, InvalidState, ValidationFailed
 from appliance.ids import new_id
 from appliance.jobs.delivery import run_intake_action
 from appliance.plugins import Registry
@@ -106,6 +106,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
     plan = _Plan(
         tenant_id=tenant_id, lead=lead, facts=facts, intake=intake, source=source, existing=existing is not None,
+        based_on=existing.updated_at if existing is not None else None,
         evaluation=evaluation, rejected_at_source=rejected_at_source, caps=source_cap_checks(intake, source, now_dt),
         dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
         value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
@@ -125,6 +126,7 @@ class _Plan:
     intake: Campaign
     source: IngestionSource | None
     existing: bool
+    based_on: str | None  # updatedAt of the stored lead this resubmission was merged into
     evaluation: Evaluation | None
     rejected_at_source: str | None
     caps: list[CapCheck]
@@ -138,6 +140,11 @@ class _Plan:
     def commit(self, conn: apsw.Connection) -> SubmitResult:
         """Runs on the writer thread inside the group transaction."""
         now, lead = self.now, self.lead
+        if self.existing:
+            stored = lead_store.get_lead(conn, self.tenant_id, lead.lead_id)
+            if stored is None or stored.updated_at != self.based_on:
+                # Merged into a copy that another change has since replaced: writing it would undo that.
+                raise InvalidState(["leadId: the lead changed while this resubmission was handled; send it again"])
         events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
                         {"sourceId": lead.source_id, "resubmission": self.existing})]
         status, campaign, reason = None, self.intake, self.rejected_at_source
@@ -181,9 +188,6 @@ class _Plan:
                                                  qualified_at=now)
 
         number = lead.submission_count + 1
-        if self.existing:
-            stored = lead_store.get_lead(conn, self.tenant_id, lead.lead_id)
-            number = (stored.submission_count if stored else lead.submission_count) + 1
         job_kind = {"qualified": "deliver", "pending": "evaluate"}.get(status)
         if job_kind == "deliver":
             events.append(event(now, "delivery_scheduled", None, campaign))

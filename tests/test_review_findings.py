@@ -225,3 +225,35 @@ def test_resubmission_cancels_the_previous_queued_delivery(live, runtime, clock)
     assert job_states(runtime, second["submissionId"]) == ["done"]
     # The lead now belongs to DL2 and was delivered there; DL1's queued job must not fire on Sunday.
     assert job_states(runtime, data["submissionId"]) != ["ready"]
+
+
+def test_resubmission_merged_into_a_stale_copy_is_refused(runtime, clock, monkeypatch):
+    """A change committed between the resubmission's read and its write must not be undone."""
+    import msgspec
+
+    from appliance import intake
+    from appliance.storage import leads as lead_store
+
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("RS1", "Resubmit")]})
+    with TestClient(create_app(runtime, background=False)) as client:
+        first = client.post("/api/v1/leads/submit", headers=tenant.headers, json={
+            "campaignId": "RS1", "firstName": "Ann", "lastName": "Lee", "email": "ann.stale@example.com",
+            "phone": "+14155550199"}).json()["data"]
+        stale = lead_store.get_lead(runtime.db.reader(), tenant.tenant_id, first["leadId"])
+        clock.advance(seconds=1)
+        assert client.patch("/api/v1/leads/bulk", headers=tenant.headers, json={
+            "leadIds": [first["leadId"]], "updates": {"notes": "called back"}}).status_code == 200
+        real_get = lead_store.get_lead
+        calls = iter([msgspec.structs.replace(stale)])
+
+        def first_read_is_stale(conn, tenant_id, lead_id):
+            return next(calls, None) or real_get(conn, tenant_id, lead_id)
+
+        monkeypatch.setattr(intake.lead_store, "get_lead", first_read_is_stale)
+        response = client.post("/api/v1/leads/submit", headers=tenant.headers,
+                               json={"leadId": first["leadId"], "campaignId": "RS1", "notes": "resubmitted"})
+        monkeypatch.setattr(intake.lead_store, "get_lead", real_get)
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "INVALID_STATE"
+        lead = client.get(f"/api/v1/leads/{first['leadId']}", headers=tenant.headers).json()["data"]
+        assert lead["notes"] == "called back" and lead["submissionCount"] == 1
