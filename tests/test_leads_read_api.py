@@ -10,24 +10,13 @@ from urllib.parse import quote
 import pytest
 
 from appliance.clock import iso
+from tests.api_helpers import data, validation_error
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
 
-def data(response) -> dict:
-    body = response.json()
-    assert response.status_code == 200 and body["success"] is True, body
-    return body["data"]
-
-
-def validation_error(response, field: str) -> list[str]:
-    assert response.status_code == 400, response.text
-    error = response.json()["error"]
-    assert error["code"] == "VALIDATION_ERROR" and error["message"] == "Invalid input data"
-    assert any(d.startswith(f"{field}: ") for d in error["details"]), error["details"]
-    return error["details"]
 
 
 def submit(client, tenant, n: int, *, first: str = "Jan", last: str | None = None, campaign: str = "AC01",

@@ -5,48 +5,28 @@ transaction, where concurrent submits are serialized)."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 
 import httpx
 import pytest
-import uvicorn
 
-from appliance.app import create_app
-from tests.test_submit_support import lead_count, person, plain, setup_tenant, source_key
+from tests.test_limits import live_server
+from tests.test_submit_support import (
+    lead_count,
+    person,
+    plain,
+    setup_tenant,
+    source_key,
+)
 
 TIMEOUT = httpx.Timeout(20.0, connect=5.0)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(runtime) -> Iterator[str]:
-    port = _free_port()
-    config = uvicorn.Config(create_app(runtime, background=False), host="127.0.0.1", port=port, log_level="warning",
-                            lifespan="on", access_log=False)
-    instance = uvicorn.Server(config)
-    instance.install_signal_handlers = lambda: None  # not the main thread
-    thread = threading.Thread(target=instance.run, name="test-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not instance.started:
-        assert thread.is_alive(), "uvicorn stopped during start-up"
-        assert time.monotonic() < deadline, "uvicorn did not start within 10 s"
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        instance.should_exit = True
-        thread.join(timeout=10)
-        assert not thread.is_alive(), "uvicorn did not stop within 10 s"
+    with live_server(runtime, background=False) as base_url:
+        yield base_url
 
 
 def burst(base_url: str, key: str, bodies: list[dict]) -> list[httpx.Response]:
