@@ -20,6 +20,7 @@ _PART_START = re.compile(r"(?<![^\s\-'\u2019\u02bc])\w")
 _PHONE_CHARS = re.compile(r"[0-9+\-\s().]+")
 _ISO_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 _MAX_EMAIL = 254
+_E164_MAX = 16  # "+" and at most 15 digits
 
 
 def _title_part(m: re.Match[str]) -> str:
@@ -64,6 +65,8 @@ def to_e164(phone: str, region: str | None) -> str | None:
     if not phonenumbers.is_possible_number(number):
         return None
     formatted = phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
+    if len(formatted) > _E164_MAX:  # some national plans allow longer numbers than E.164 can carry
+        return None
     if formatted == phone:
         return formatted
     # Reparsing must be stable so that normalizing a stored phoneE164 never changes it.

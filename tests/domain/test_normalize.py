@@ -126,3 +126,9 @@ def test_north_american_fast_path_agrees_with_phonenumbers(phone, region):
     parsed = phonenumbers.parse(phone, region)
     assert phonenumbers.is_possible_number(parsed)
     assert fast == phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+def test_numbers_longer_than_e164_allows_are_refused():
+    from appliance.domain.normalize import to_e164
+
+    assert to_e164("+4910000000000000", None) is None  # 16 digits: a German plan allows it, E.164 does not
