@@ -15,6 +15,7 @@ import msgspec
 from appliance.clock import iso
 from appliance.domain import caps as caps_rules
 from appliance.domain.campaign import Campaign, IngestionSource
+from appliance.domain.constraints import campaign_zone
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
 from appliance.domain.lead import LeadRecord, QualificationOutcome, Submission
 from appliance.domain.pipeline import (
@@ -45,15 +46,10 @@ class CapCheck:
     label: str
 
 
-def campaign_timezone(campaign: Campaign) -> str:
-    schedule = campaign.delivery.delivery_schedule
-    return schedule.timezone if schedule else "UTC"
-
-
 def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None, now: datetime) -> list[CapCheck]:
     if source is None:
         return []
-    tz = caps_rules.zone(campaign_timezone(tenant_campaign))
+    tz = caps_rules.zone(campaign_zone(tenant_campaign))
     checks = []
     for cap in source.caps:
         if not caps_rules.cap_applies(cap, now, tz):

@@ -38,15 +38,13 @@ from urllib.parse import urlencode
 import msgspec
 
 from appliance.domain.endpoint import DeliveryEndpoint, ResponseMatcher, ResponseRules
-from appliance.domain.rules import MISSING, is_absent, resolve
+from appliance.domain.rules import MISSING, as_number, is_absent, resolve
 from appliance.sdk import DeliveryResult
 
 MAX_RESPONSE_FIELDS: Final = 50
 MAX_FIELD_CHARS: Final = 500
 MAX_MESSAGE_CHARS: Final = 500
 
-_INT = re.compile(r"[+-]?\d+", re.ASCII)
-_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 _TRUE: Final = frozenset({"true", "yes", "y", "1", "on"})
 _FALSE: Final = frozenset({"false", "no", "n", "0", "off"})
 
@@ -78,26 +76,10 @@ def _scalar_text(x: Any) -> str | None:
 
 
 def _number(x: Any) -> int | float:
-    if isinstance(x, bool):
+    number = as_number(x)
+    if number is None:
         raise _Impossible
-    if isinstance(x, int):
-        return x
-    if isinstance(x, float):
-        if math.isfinite(x):
-            return x
-        raise _Impossible
-    if isinstance(x, str):
-        s = x.strip()
-        try:
-            if _INT.fullmatch(s):
-                return int(s)
-            if _DECIMAL.fullmatch(s):
-                f = float(s)
-                if math.isfinite(f):
-                    return f
-        except ValueError:
-            pass
-    raise _Impossible
+    return number
 
 
 def coerce(value: Any, kind: str) -> Any:

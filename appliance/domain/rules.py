@@ -158,7 +158,8 @@ def resolve(facts: Mapping[str, Any], path: str | None, today: date) -> Any:
 # ---- scalar coercions -------------------------------------------------------------------
 
 
-def _number(x: Any) -> int | float | None:
+def as_number(x: Any) -> int | float | None:
+    """A finite number, or a string that reads as one ("42", " 3.5 "); None otherwise (bools too)."""
     if isinstance(x, bool):
         return None
     if isinstance(x, int):
@@ -202,7 +203,7 @@ def _text(x: Any) -> str | None:
 
 def _key(x: Any) -> int | float | str | None:
     """Equality key: numbers for numeric values, folded text otherwise, None if incomparable."""
-    number = _number(x)
+    number = as_number(x)
     return number if number is not None else _text(x)
 
 
@@ -223,7 +224,7 @@ def _instant(x: Any) -> datetime | None:
 
 
 def _ordered(a: Any, b: Any) -> tuple[Any, Any] | None:
-    na, nb = _number(a), _number(b)
+    na, nb = as_number(a), as_number(b)
     if na is not None and nb is not None:
         return na, nb
     ia, ib = _instant(a), _instant(b)
@@ -365,7 +366,7 @@ def check_condition(cond: Condition, facts: Mapping[str, Any], *,
         age = _age_fact(cond, facts, today)
         if age is MISSING or len(values) < 2:
             return False
-        lo, hi = _number(values[0]), _number(values[1])
+        lo, hi = as_number(values[0]), as_number(values[1])
         return lo is not None and hi is not None and _any(age, lambda x: _between(x, lo, hi))
     fact = resolve(facts, cond.field, today)
     negated = op in _NEGATED
