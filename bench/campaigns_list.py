@@ -165,6 +165,18 @@ def _pin(cpu: int | None):
     return lambda: os.sched_setaffinity(0, {cpu})
 
 
+def stop_all(procs: list[subprocess.Popen], timeout: float = 10.0) -> None:
+    """SIGTERM every process, then SIGKILL those still running after `timeout`."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def appliance_cli(config: Path, *args: str) -> str:
     done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), *args],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -321,14 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         runs = [max(rs, key=lambda r: r["rps"]) for rs in rounds]
     finally:
         os.sched_setaffinity(0, old_affinity)
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(procs)
         for log in logs:
             log.close()
         if args.keep:

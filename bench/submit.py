@@ -26,7 +26,7 @@ from typing import Any
 import msgspec
 
 from bench.bare_app import sample_lead
-from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, cpu_seconds, machine_cpu_seconds
+from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, cpu_seconds, machine_cpu_seconds, stop_all
 from bench.loadgen import Request, free_port, run_load, wait_for_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -172,13 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         db.close()
     finally:
         os.sched_setaffinity(0, old_affinity)
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
 
     app_run, bare_run = runs
