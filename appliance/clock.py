@@ -12,8 +12,9 @@ class Clock:
 
 def iso(moment: datetime) -> str:
     """The interface's timestamp form: ISO 8601, UTC, milliseconds, `Z`."""
-    m = moment.astimezone(timezone.utc)
-    return f"{m.year:04d}-{m.month:02d}-{m.day:02d}T{m.hour:02d}:{m.minute:02d}:{m.second:02d}.{m.microsecond // 1000:03d}Z"
+    if moment.tzinfo is not timezone.utc:
+        moment = moment.astimezone(timezone.utc)
+    return moment.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"
 
 
 def now_iso(clock: Clock | None = None) -> str:

@@ -27,6 +27,7 @@ import msgspec
 
 from bench.bare_app import sample_lead
 from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, cpu_seconds, machine_cpu_seconds, stop_all
+from bench.delivery import Profiler, print_profile
 from bench.loadgen import Request, free_port, run_load, wait_for_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -101,13 +102,19 @@ def bare_request(n: int) -> Request:
                    body=msgspec.json.encode(sample_lead(n)))
 
 
-def measure(label: str, url: str, factory, server: subprocess.Popen, args: argparse.Namespace) -> dict[str, Any]:
+def measure(label: str, url: str, factory, server: subprocess.Popen, args: argparse.Namespace,
+            profile_to: Path | None = None) -> dict[str, Any]:
     run_load(url, connections=args.connections, duration=args.warmup, factory=factory, processes=args.processes)
+    profiler = Profiler(server.pid, args.duration, profile_to, not args.profile_threads) if profile_to else None
     cpu0, (busy0, irq0), t0 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
     result = run_load(url, connections=args.connections, duration=args.duration, factory=factory,
                       processes=args.processes)
     cpu1, (busy1, irq1), t1 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
     out = result.to_dict() | {"label": label}
+    out["server_cpu_us_per_request"] = round(1e6 * (cpu1 - cpu0) / max(1, result.requests), 1)
+    if profiler is not None:
+        out["profile"] = profiler.finish()
+        print_profile(label, out["profile"])
     wall = t1 - t0
     out["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / wall, 1)
     out["other_cpu_pct"] = round(100 * ((busy1 - busy0) + (irq1 - irq0) - (cpu1 - cpu0) - result.client_cpu) / wall, 1)
@@ -125,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "submit.json")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, client on CPU 1 (--no-pin: the OS places them)")
+    parser.add_argument("--profile", action="store_true",
+                        help="py-spy record the appliance server during its measurement (slows it down)")
+    parser.add_argument("--profile-threads", action="store_true",
+                        help="with --profile: sample every non-idle thread, not only the GIL holder")
     args = parser.parse_args(argv)
 
     cpus = sorted(os.sched_getaffinity(0))
@@ -161,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         rounds: list[list[dict]] = [[] for _ in cases]
         for _ in range(args.repeat):
             for i, (label, url, factory, server) in enumerate(cases):
-                rounds[i].append(measure(label, url, factory, server, args))
+                profile_to = work / "profile.txt" if args.profile and server is app else None
+                rounds[i].append(measure(label, url, factory, server, args, profile_to))
                 print(f"  {label}: {rounds[i][-1]['rps']} req/s")
         runs = [max(rs, key=lambda r: r["rps"]) for rs in rounds]
         conn_db = work / "data" / "appliance.db"
@@ -177,11 +189,13 @@ def main(argv: list[str] | None = None) -> int:
 
     app_run, bare_run = runs
     ratio = round(app_run["rps"] / bare_run["rps"], 3)
-    print(f"\n{'case':20} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'server':>7} {'other':>6}  non-2xx/errors")
+    print(f"\n{'case':20} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'server':>7} {'us/req':>7} {'other':>6}"
+          "  non-2xx/errors")
     for r in runs:
         lat = r["latency_ms"]
         bad = {k: v for k, v in r["statuses"].items() if not k.startswith("2")}
         print(f"{r['label']:20} {r['rps']:>8.0f} {lat['p50']:>8.2f} {lat['p99']:>8.2f} {r['server_cpu_pct']:>6.0f}% "
+              f"{r['server_cpu_us_per_request']:>7.0f} "
               f"{r['other_cpu_pct']:>5.0f}%  {bad or '-'} {r['errors'] or '-'}")
     print(f"lead statuses stored: {statuses}")
     print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, date, datetime
 from functools import lru_cache
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -112,7 +112,8 @@ def is_absent(value: Any) -> bool:
 
 
 def _walk(node: Any, path: str) -> Any:
-    while isinstance(node, Mapping):
+    # `type(...) is dict` first: facts are plain dicts, and an ABC isinstance check is slow.
+    while type(node) is dict or isinstance(node, Mapping):
         if path in node:
             return node[path]
         head, dot, path = path.partition(".")
@@ -123,12 +124,13 @@ def _walk(node: Any, path: str) -> Any:
 
 
 def _answer(questionnaire: Any, key: str) -> Any:
-    if isinstance(questionnaire, Mapping):
-        return questionnaire.get(key, MISSING)
     if isinstance(questionnaire, list):
         for entry in questionnaire:
-            if isinstance(entry, Mapping) and entry.get("key") == key:
+            if (type(entry) is dict or isinstance(entry, Mapping)) and entry.get("key") == key:
                 return entry.get("answer", MISSING)
+        return MISSING
+    if isinstance(questionnaire, Mapping):
+        return questionnaire.get(key, MISSING)
     return MISSING
 
 
@@ -223,16 +225,6 @@ def _instant(x: Any) -> datetime | None:
         return None
 
 
-def _ordered(a: Any, b: Any) -> tuple[Any, Any] | None:
-    na, nb = as_number(a), as_number(b)
-    if na is not None and nb is not None:
-        return na, nb
-    ia, ib = _instant(a), _instant(b)
-    if ia is not None and ib is not None:
-        return ia, ib
-    return None
-
-
 @lru_cache(maxsize=1024)
 def _regex(pattern: str) -> re.Pattern[str] | None:
     try:
@@ -280,70 +272,122 @@ def _any(fact: Any, predicate: Callable[[Any], bool]) -> bool:
     return predicate(fact)
 
 
-def _between(x: Any, lo: Any, hi: Any) -> bool:
-    low, high = _ordered(x, lo), _ordered(x, hi)
+def _bound(value: Any) -> tuple[int | float | None, datetime | None]:
+    """An ordering operand read once: as a number and as an instant (either may be None)."""
+    return as_number(value), _instant(value)
+
+
+def _pair(x: Any, bound: tuple[int | float | None, datetime | None]) -> tuple[Any, Any] | None:
+    """(x, b) as numbers when both read as numbers, else as instants when both are ISO dates or
+    timestamps, else None; `b` read beforehand by `_bound`."""
+    number, instant = bound
+    if number is not None:
+        nx = as_number(x)
+        if nx is not None:
+            return nx, number
+    if instant is not None:
+        ix = _instant(x)
+        if ix is not None:
+            return ix, instant
+    return None
+
+
+def _between_bounds(x: Any, lo: tuple, hi: tuple) -> bool:
+    low, high = _pair(x, lo), _pair(x, hi)
     return low is not None and high is not None and low[1] <= low[0] and high[0] <= high[1]
 
 
-def _substring_test(fact: Any, values: Sequence[Any], test: Callable[[str, str], bool]) -> bool:
+FactTest = Callable[[Any, ValueSets], bool]
+
+
+def _never(fact: Any, value_sets: ValueSets) -> bool:
+    return False
+
+
+def _always(fact: Any, value_sets: ValueSets) -> bool:
+    return True
+
+
+def _for_any(predicate: Callable[[Any], bool]) -> FactTest:
+    return lambda fact, value_sets: _any(fact, predicate)
+
+
+def _substring_test(values: Sequence[Any], test: Callable[[str, str], bool]) -> FactTest:
     needles = [t for t in map(_text, values) if t]
     if not needles:
-        return False
+        return _never
 
     def predicate(x: Any) -> bool:
         text = _text(x)
         return text is not None and any(test(text, n) for n in needles)
 
-    return _any(fact, predicate)
+    return _for_any(predicate)
 
 
-def _regex_test(fact: Any, values: Sequence[Any]) -> bool:
+def _regex_test(values: Sequence[Any]) -> FactTest:
     patterns = [p for p in (_regex(t) for t in map(_raw_text, values) if t is not None) if p]
     if not patterns:
-        return False
+        return _never
 
     def predicate(x: Any) -> bool:
         text = _raw_text(x)
         return text is not None and any(p.search(text) for p in patterns)
 
-    return _any(fact, predicate)
+    return _for_any(predicate)
 
 
-def _positive(op: str, fact: Any, cond: Condition, values: Sequence[Any],
-              value_sets: ValueSets) -> bool:
-    """The positive form of `op` on a present fact."""
-    if op == "equals":
-        keys = [k for k in map(_key, values) if k is not None]
-        return bool(keys) and _any(fact, lambda x: _key(x) in keys)
-    if op == "contains":
-        return _substring_test(fact, values, lambda text, needle: needle in text)
-    if op == "starts_with":
-        return _substring_test(fact, values, str.startswith)
-    if op == "ends_with":
-        return _substring_test(fact, values, str.endswith)
-    if op in _ORDERING:
-        if not values:
-            return False
-        compare, bound = _ORDERING[op], values[0]
+def _set_test(value_set_id: str | None, values: Sequence[Any]) -> FactTest:
+    if not value_set_id:
+        if isinstance(values, (str, bytes, Mapping)):
+            return _never
+        keys = _member_keys(values)
+        return _for_any(lambda x: _key(x) in keys)
 
-        def predicate(x: Any) -> bool:
-            pair = _ordered(x, bound)
-            return pair is not None and compare(*pair)
-
-        return _any(fact, predicate)
-    if op == "between":
-        return len(values) >= 2 and _any(fact, lambda x: _between(x, values[0], values[1]))
-    if op == "exists":
-        return True
-    if op == "in_value_set":
-        members = value_sets.get(cond.value_set_id) if cond.value_set_id else values
+    def test(fact: Any, value_sets: ValueSets) -> bool:
+        members = value_sets.get(value_set_id)
+        if isinstance(members, ValueSetKeys):  # folded when the config was loaded
+            return _any(fact, lambda x: _key(x) in members)
         if not isinstance(members, Iterable) or isinstance(members, (str, bytes, Mapping)):
             return False
         keys = _member_keys(members)
         return _any(fact, lambda x: _key(x) in keys)
+
+    return test
+
+
+def _positive_test(op: str, cond: Condition, values: Sequence[Any]) -> FactTest:
+    """The positive form of `op`, its operands read once, as a test of a present fact."""
+    if op == "equals":
+        keys = frozenset(k for k in map(_key, values) if k is not None)
+        return _for_any(lambda x: _key(x) in keys) if keys else _never
+    if op == "contains":
+        return _substring_test(values, lambda text, needle: needle in text)
+    if op == "starts_with":
+        return _substring_test(values, str.startswith)
+    if op == "ends_with":
+        return _substring_test(values, str.endswith)
+    if op in _ORDERING:
+        if not values:
+            return _never
+        compare, bound = _ORDERING[op], _bound(values[0])
+
+        def predicate(x: Any) -> bool:
+            pair = _pair(x, bound)
+            return pair is not None and compare(*pair)
+
+        return _for_any(predicate)
+    if op == "between":
+        if len(values) < 2:
+            return _never
+        lo, hi = _bound(values[0]), _bound(values[1])
+        return _for_any(lambda x: _between_bounds(x, lo, hi))
+    if op == "exists":
+        return _always
+    if op == "in_value_set":
+        return _set_test(cond.value_set_id, values)
     if op == "matches":
-        return _regex_test(fact, values)
-    return False
+        return _regex_test(values)
+    return _never
 
 
 def _age_fact(cond: Condition, facts: Mapping[str, Any], today: date) -> Any:
@@ -356,26 +400,95 @@ def _age_fact(cond: Condition, facts: Mapping[str, Any], today: date) -> Any:
     return value
 
 
+Check = Callable[[Mapping[str, Any], date, ValueSets], bool]
+
+
+def _fact_reader(path: str | None) -> Callable[[Mapping[str, Any], date], Any]:
+    """`resolve` for one path, its branch chosen once."""
+    if not path or path == "age":
+        return lambda facts, today: resolve(facts, path, today)
+    if path.startswith(_QUESTIONNAIRE):
+        key = path[len(_QUESTIONNAIRE):]
+
+        def answer(facts: Mapping[str, Any], today: date) -> Any:
+            value = _answer(facts.get("questionnaire"), key)
+            return MISSING if is_absent(value) else value
+
+        return answer
+
+    def walk(facts: Mapping[str, Any], today: date) -> Any:
+        value = _walk(facts, path)
+        return MISSING if is_absent(value) else value
+
+    return walk
+
+
+def _compile(cond: Condition) -> Check:
+    op = cond.operator
+    values = tuple(cond.value or ())
+    if op == "age_between":
+        if len(values) < 2:
+            return lambda facts, today, value_sets: False
+        lo, hi = _bound(as_number(values[0])), _bound(as_number(values[1]))
+        if lo[0] is None or hi[0] is None:
+            return lambda facts, today, value_sets: False
+
+        def age_between(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+            age = _age_fact(cond, facts, today)
+            return age is not MISSING and _any(age, lambda x: _between_bounds(x, lo, hi))
+
+        return age_between
+    read = _fact_reader(cond.field)
+    negated = op in _NEGATED
+    test = _positive_test(op[4:] if negated else op, cond, values)
+    # not_in_value_set naming a set that does not exist is false, not "not in it".
+    required_set = cond.value_set_id if op == "not_in_value_set" else None
+
+    def check(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+        fact = read(facts, today)
+        if fact is MISSING:
+            return negated
+        if required_set and required_set not in value_sets:
+            return False
+        return test(fact, value_sets) != negated
+
+    return check
+
+
+class _Compiled(NamedTuple):
+    cond: Condition
+    field: str | None
+    operator: str
+    value: list | None
+    value_set_id: str | None
+    check: Check
+
+
+# Conditions live as long as their tenant's config revision and are checked on every submit, so
+# each is compiled once (operands folded, regexes built, the path's branch chosen). Keyed by
+# identity; the entry keeps its condition alive (so the id cannot be reused) and remembers the
+# attributes it was compiled from, so a condition whose attributes were replaced is compiled anew.
+_COMPILED: dict[int, _Compiled] = {}
+_COMPILED_MAX: Final = 8192
+
+
+def _check_of(cond: Condition) -> Check:
+    entry = _COMPILED.get(id(cond))
+    if (entry is not None and entry.cond is cond and entry.field is cond.field and entry.operator is cond.operator
+            and entry.value is cond.value and entry.value_set_id is cond.value_set_id):
+        return entry.check
+    check = _compile(cond)
+    if len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.clear()
+    _COMPILED[id(cond)] = _Compiled(cond, cond.field, cond.operator, cond.value, cond.value_set_id, check)
+    return check
+
+
 def check_condition(cond: Condition, facts: Mapping[str, Any], *,
                     value_sets: ValueSets = _NO_VALUE_SETS,
                     today: date) -> bool:
     """Whether a field condition holds; prompt conditions are not decided here."""
-    op = cond.operator
-    values = cond.value or ()
-    if op == "age_between":
-        age = _age_fact(cond, facts, today)
-        if age is MISSING or len(values) < 2:
-            return False
-        lo, hi = as_number(values[0]), as_number(values[1])
-        return lo is not None and hi is not None and _any(age, lambda x: _between(x, lo, hi))
-    fact = resolve(facts, cond.field, today)
-    negated = op in _NEGATED
-    if fact is MISSING:
-        return negated
-    if op == "not_in_value_set" and cond.value_set_id and cond.value_set_id not in value_sets:
-        return False
-    positive = op[4:] if negated else op
-    return _positive(positive, fact, cond, values, value_sets) != negated
+    return _check_of(cond)(facts, today, value_sets)
 
 
 # ---- combination ------------------------------------------------------------------------
@@ -396,7 +509,7 @@ def _outcome(cond: Condition, facts: Mapping[str, Any], value_sets: ValueSets,
 
 
 def _is_or(logical_operator: str) -> bool:
-    return logical_operator.upper() == "OR"
+    return logical_operator == "OR" or (logical_operator != "AND" and logical_operator.upper() == "OR")
 
 
 def _combine(is_or: bool, outcomes: Iterable[bool | None]) -> bool | None:
