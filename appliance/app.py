@@ -15,7 +15,9 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__
 from appliance.api import campaigns, catalog, files, health, leads, openapi, pixels, sms, submissions
-from appliance.api.auth import RateLimiter, auth_middleware
+from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
+from appliance.api.io import MAX_BODY
+from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
@@ -25,7 +27,6 @@ from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
 from appliance.tenant_settings import SettingsCache
 
-MAX_BODY = 1024 * 1024
 # httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
 # a buyer's or provider's URL may carry a credential in its query string. Our own delivery
 # records show URLs with query values masked; these library loggers stay quiet below WARNING.
@@ -70,7 +71,10 @@ class ApplianceApp(Litestar):
             await send(message)
 
         try:
-            await super().__call__(scope, receive, send_with_id)
+            if scope["path"] == SUBMIT_PATH and scope["method"] == "POST":
+                await answer_submit(self.state, scope, receive, send_with_id)
+            else:
+                await super().__call__(scope, receive, send_with_id)
         finally:
             principal = state.get("principal")
             runtime: Runtime = self.state.runtime
@@ -121,6 +125,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     )
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
+    app.state.key_cache = KeyCache(runtime.db)
     app.state.settings = settings
     app.state.campaign_pages = campaigns.PageCache()
     app.state.registry = registry

@@ -121,16 +121,18 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
 
 
 def handle_unexpected(request: Request, exc: Exception) -> Response:
-    request_id = request.scope.get("state", {}).get("request_id", "-")
+    body = unexpected_error_body(exc, request.method, request.scope.get("path_template", "?"),
+                                 request.scope.get("state", {}).get("request_id", "-"))
+    return Response(body, status_code=500, media_type=JSON)
+
+
+def unexpected_error_body(exc: BaseException, method: str, path_template: str, request_id: str) -> bytes:
+    """Logs a bug and returns the 500 body that names the request id."""
     # Type and place only: an exception's text or a traceback's locals can carry request data or
     # secrets, and logs must never hold those.
     log.error("internal error %s at %s on %s %s (request %s)", type(exc).__name__, _where(exc),
-              request.method, request.scope.get("path_template", "?"), request_id)
-    return Response(
-        error_body("INTERNAL_ERROR", f"Internal server error (request {request_id})"),
-        status_code=500,
-        media_type=JSON,
-    )
+              method, path_template, request_id)
+    return error_body("INTERNAL_ERROR", f"Internal server error (request {request_id})")
 
 
 def _where(exc: BaseException) -> str:

@@ -79,6 +79,8 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
         return key_id
 
     key_id = runtime.db.write_sync(unit)
+    if source_id:
+        runtime.db.announce_admin_change()
     return NewKey(key_id=key_id, key=key, prefix=prefix, tenant_id=tenant_id, kind=kind, source_id=source_id, name=name)
 
 
@@ -94,6 +96,7 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
             tenants.bump_config_rev(conn, tenant_id)
 
     runtime.db.write_sync(unit)
+    runtime.db.announce_admin_change()
 
 
 def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, int]:
@@ -145,6 +148,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         tenants.bump_config_rev(conn, tenant_id)
 
     runtime.db.write_sync(unit)
+    runtime.db.announce_admin_change()
     return {
         "campaigns": len(bundle.campaigns), "questionnaires": len(bundle.questionnaires),
         "fieldLibrary": len(bundle.field_library), "valueSets": len(bundle.value_sets),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 
 import msgspec
 import pytest
@@ -36,6 +39,27 @@ def test_revoked_key_is_refused_at_once(client, runtime, tenant):
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
     tenancy.revoke_key(runtime, tenant.key_id)
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
+
+
+def test_key_revoked_by_the_cli_in_another_process_is_refused_at_once(client, config_file, tenant):
+    # The server caches keys it has seen; the CLI is another process with its own connection.
+    for _ in range(3):
+        assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
+    done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config_file), "key", "revoke",
+                           tenant.key_id], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    response = client.get("/api/v1/campaigns", headers=tenant.headers)
+    assert response.status_code == 401 and response.json() == UNAUTHORIZED
+
+
+def test_config_imported_by_the_cli_is_served_at_once(client, cli, tmp_path, tenant):
+    before = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
+    assert "NEW1" not in [c["campaignId"] for c in before["campaigns"]]
+    bundle = tmp_path / "more.json"
+    bundle.write_text(json.dumps({"campaigns": [{"campaignId": "NEW1", "name": "Imported while serving"}]}))
+    cli("import", "--tenant", tenant.tenant_id, str(bundle))
+    after = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
+    assert "NEW1" in [c["campaignId"] for c in after["campaigns"]]
 
 
 @pytest.mark.parametrize("path", ["/api/v1/campaigns", "/api/v1/questionnaires", "/api/v1/field-library",
@@ -164,6 +188,34 @@ def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenan
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert request_id in logged and "RuntimeError" in logged
     assert "super-secret-value" not in logged
+
+
+def test_unexpected_exception_in_submit_is_the_same_generic_500(client, tenant, monkeypatch, caplog):
+    from appliance import intake
+
+    async def broken(*args, **kwargs):
+        raise RuntimeError("token=super-secret-value at /internal/path")
+
+    monkeypatch.setattr(intake, "submit", broken)
+    response = client.post("/api/v1/leads/submit", json={"campaignId": "AC01", "email": "a@example.com"},
+                           headers=tenant.headers)
+    assert response.status_code == 500
+    request_id = response.headers["x-request-id"]
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"success": False, "error": {
+        "code": "INTERNAL_ERROR", "message": f"Internal server error (request {request_id})"}}
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert request_id in logged and "RuntimeError" in logged and "/api/v1/leads/submit" in logged
+    assert "super-secret-value" not in logged and "super-secret-value" not in response.text
+
+
+def test_submit_is_in_the_activity_log_under_its_route(client, runtime, tenant):
+    for body in ({"campaignId": "AC01", "firstName": "Bo", "email": "b@example.com", "phone": "+14155550123"},
+                 {"campaignId": "AC01", "nope": 1}):
+        response = client.post("/api/v1/leads/submit", json=body, headers=tenant.headers)
+        (row,) = [r for r in runtime.activity if r[7] == response.headers["x-request-id"]]
+        assert row[1:6] == (tenant.tenant_id, tenant.key_id, "POST", "/api/v1/leads/submit", response.status_code)
+    assert response.status_code == 400
 
 
 def test_activity_log_keeps_the_configured_days(runtime, tenant):

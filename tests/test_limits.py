@@ -314,3 +314,31 @@ def test_limit_above_maximum_is_clamped(served):
         response = http.get("/api/v1/campaigns?limit=99999999999999999999999")
     assert response.status_code == 200
     assert response.json()["data"]["pagination"]["limit"] == 100
+
+
+# ---- the submit route at the edge -----------------------------------------------------------------
+
+def test_submit_with_a_trailing_slash_is_the_same_route(served):
+    base, runtime, tenant = served
+    body = msgspec.json.encode({"campaignId": "AC01", **person(2)})
+    status, headers, answer = _post_raw(base, SUBMIT + "/", {**tenant.headers, "Content-Type": "application/json"},
+                                        [body], chunked=False)
+    assert status == 201, answer[:300]
+    lead_id = msgspec.json.decode(answer)["data"]["leadId"]
+    assert runtime.db.reader().execute("SELECT count(*) FROM leads WHERE lead_id = ?", (lead_id,)).fetchone()[0] == 1
+    assert headers["content-type"] == "application/json" and headers["x-request-id"]
+
+
+def test_client_gone_before_the_whole_body_stores_nothing(served):
+    base, runtime, tenant = served
+    before = runtime.db.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
+    host, port = base.removeprefix("http://").split(":")
+    body = msgspec.json.encode({"campaignId": "AC01", **person(3)})
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall((f"POST {SUBMIT} HTTP/1.1\r\nHost: {host}\r\nX-API-Key: {tenant.key}\r\n"
+                      f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+                     + body[: len(body) // 2])
+    # The server is still up and answers the next request; the half-sent lead was never stored.
+    with httpx.Client(base_url=base, timeout=10) as http:
+        assert http.get("/healthz").status_code == 200
+    assert runtime.db.reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before

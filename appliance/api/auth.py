@@ -4,11 +4,14 @@ route before its handler (unknown routes answer 404 without looking at the key).
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from appliance import apikeys
 from appliance.errors import Forbidden, RateLimited, Unauthorized
+from appliance.storage.change_signal import ChangeSignal
+from appliance.storage.db import Database
 from appliance.storage.tenants import KeyRecord, find_active_key
 
 SUBMIT_PATH = "/api/v1/leads/submit"
@@ -34,6 +37,40 @@ class RateLimiter:
         self._windows[key_id] = (start, count + 1)
 
 
+class KeyCache:
+    """Active keys by hash, so a request does not read the database to authenticate. Entries are
+    dropped whenever the database's change signal moves (an admin command committed a key or
+    configuration change, storage/change_signal.py) and after `ttl` seconds in any case (a
+    command killed between its commit and its signal). Unknown keys are never cached: a new key
+    works at once, and guessed keys cannot fill the cache."""
+
+    def __init__(self, db: Database, ttl: float = 5.0, max_entries: int = 10_000) -> None:
+        self.db = db
+        self.signal: ChangeSignal | None = db.changes
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._epoch: int | None = None
+        self._entries: dict[bytes, tuple[KeyRecord, float]] = {}
+
+    def lookup(self, key_hash: bytes) -> KeyRecord | None:
+        if self.signal is None:
+            return find_active_key(self.db.reader(), key_hash)
+        epoch = self.signal.value()  # read before the database, so a change after it is seen next time
+        if epoch != self._epoch:
+            self._entries.clear()
+            self._epoch = epoch
+        now = time.monotonic()
+        hit = self._entries.get(key_hash)
+        if hit is not None and now - hit[1] < self.ttl:
+            return hit[0]
+        record = find_active_key(self.db.reader(), key_hash)
+        if record is not None:
+            if len(self._entries) >= self.max_entries:
+                self._entries.clear()
+            self._entries[key_hash] = (record, now)
+        return record
+
+
 def _header(scope: Scope, name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
@@ -41,25 +78,28 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> KeyRecord:
+    """The key of the request, checked: known and live (401), a source key only on submit (403),
+    within its rate limit (429). Also records it as the request's principal."""
+    key = (_header(scope, b"x-api-key") or "").strip()
+    # Imported source keys need not be in our format, so any plausible key is looked up.
+    if not apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH:
+        raise Unauthorized()
+    record = app_state.key_cache.lookup(apikeys.key_hash(key))
+    if record is None:
+        raise Unauthorized()
+    scope["state"]["principal"] = record
+    if record.kind == "source" and path_template != SUBMIT_PATH:
+        raise Forbidden()
+    app_state.limiter.check(record.key_id)
+    return record
+
+
 def auth_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         handler = scope.get("route_handler")
-        if scope["type"] != "http" or (handler is not None and handler.opt.get("public")):
-            await app(scope, receive, send)
-            return
-        runtime = scope["litestar_app"].state.runtime
-        key = (_header(scope, b"x-api-key") or "").strip()
-        # Imported source keys need not be in our format, so any plausible key is looked up.
-        if not apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH:
-            raise Unauthorized()
-        record: KeyRecord | None = find_active_key(runtime.db.reader(), apikeys.key_hash(key))
-        if record is None:
-            raise Unauthorized()
-        state = scope["state"]
-        state["principal"] = record
-        if record.kind == "source" and scope.get("path_template") != SUBMIT_PATH:
-            raise Forbidden()
-        scope["litestar_app"].state.limiter.check(record.key_id)
+        if scope["type"] == "http" and not (handler is not None and handler.opt.get("public")):
+            authenticate(scope, scope["litestar_app"].state, scope.get("path_template"))
         await app(scope, receive, send)
 
     return middleware

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import apsw
 
 from appliance.storage import migrations
+from appliance.storage.change_signal import ChangeSignal, open_signal
 
 T = TypeVar("T")
 WriteFn = Callable[[apsw.Connection], T]
@@ -54,6 +55,7 @@ class Database:
         self._readers_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._write_conn: apsw.Connection | None = None
+        self.changes: ChangeSignal | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -66,6 +68,7 @@ class Database:
         except apsw.Error as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from None
         self._write_conn = conn
+        self.changes = open_signal(self.path)
         self._writer = threading.Thread(target=self._write_loop, name="appliance-writer", daemon=True)
         self._writer.start()
         return self
@@ -84,6 +87,15 @@ class Database:
                 conn.close()
             self._readers.clear()
         self._local = threading.local()
+        if self.changes is not None:
+            self.changes.close()
+            self.changes = None
+
+    def announce_admin_change(self) -> None:
+        """Tell every process using this database that keys or tenant configuration changed
+        (call after the change is committed; see storage/change_signal.py)."""
+        if self.changes is not None:
+            self.changes.bump()
 
     def __enter__(self) -> "Database":
         return self.open()
