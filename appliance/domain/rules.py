@@ -534,11 +534,58 @@ def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any],
                      for c in sub.conditions))
 
 
+class _PlainRules(NamedTuple):
+    """Sub-rules without prompt conditions, compiled: (is OR, checks) per sub-rule."""
+    sub_rules: Sequence[SubRule]
+    logical_operator: str
+    is_or: bool
+    subs: tuple[tuple[bool, tuple[Check, ...]], ...]
+
+
+# Rule sets and routing rules are checked on every submit and most do not match; without prompt
+# conditions nothing can be skipped, so whether they match is plain AND/OR over compiled checks.
+# Keyed like _COMPILED (identity of the sub-rule list, checked on use); None: has prompts.
+_PLAIN: dict[int, _PlainRules | None] = {}
+
+
+def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> _PlainRules | None:
+    entry = _PLAIN.get(id(sub_rules))
+    if entry is not None and entry.sub_rules is sub_rules and entry.logical_operator is logical_operator:
+        return entry
+    if any(cond.prompt for sub in sub_rules for cond in sub.conditions):
+        return None
+    entry = _PlainRules(sub_rules, logical_operator, _is_or(logical_operator), tuple(
+        (_is_or(sub.logical_operator), tuple(_check_of(cond) for cond in sub.conditions)) for sub in sub_rules))
+    if len(_PLAIN) >= _COMPILED_MAX:
+        _PLAIN.clear()
+    _PLAIN[id(sub_rules)] = entry
+    return entry
+
+
+def _plain_match(rules: _PlainRules, facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+    """`matches` for prompt-free rules: an empty sub-rule is false, no sub-rules match nothing."""
+    if not rules.subs:
+        return False
+    for is_or, checks in rules.subs:
+        if not checks:
+            held = False
+        elif is_or:
+            held = any(check(facts, today, value_sets) for check in checks)
+        else:
+            held = all(check(facts, today, value_sets) for check in checks)
+        if held == rules.is_or:
+            return held
+    return not rules.is_or
+
+
 def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[str, Any], *,
             value_sets: ValueSets = _NO_VALUE_SETS, today: date,
             prompt_evaluator: PromptEvaluator | None = None) -> bool:
     """Whether the sub-rules combined by `logical_operator` match (routing rules share the
     shape of a rule set); the same skipping rules apply, with no severities."""
+    plain = _plain_rules(logical_operator, sub_rules)
+    if plain is not None:
+        return _plain_match(plain, facts, today, value_sets)
     return bool(_combine(_is_or(logical_operator),
                          (_sub_rule_matches(s, facts, value_sets, today, prompt_evaluator)
                           for s in sub_rules)))
@@ -565,6 +612,9 @@ def describe(cond: Condition) -> str:
 def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any],
               value_sets: ValueSets, today: date,
               prompt_evaluator: PromptEvaluator | None) -> RuleSetResult:
+    plain = _plain_rules(rule_set.logical_operator, rule_set.sub_rules)
+    if plain is not None and not _plain_match(plain, facts, today, value_sets):
+        return RuleSetResult(name=name, matched=False)  # the usual case: no reasons to collect
     skipped: list[str] = []
     sub_outcomes: list[bool | None] = []
     contributing: list[Condition] = []
