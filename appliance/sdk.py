@@ -85,6 +85,10 @@ class DeliveryAdapter:
     async def deliver(self, request: DeliveryRequest, http: httpx.AsyncClient) -> DeliveryResult:
         raise NotImplementedError  # abstractmethod: every adapter implements it
 
+    async def aclose(self) -> None:
+        """Release what the adapter holds itself (its own connections, ...); awaited once when the
+        delivery worker stops."""
+
 
 # ---- SMS --------------------------------------------------------------------------------------
 

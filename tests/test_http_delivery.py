@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
-import threading
 import ssl
+import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -24,7 +24,12 @@ import pytest
 from appliance.adapters import http_delivery, netguard
 from appliance.adapters.http_delivery import HttpDelivery, display_url
 from appliance.domain import delivery_mapping
-from appliance.domain.delivery_mapping import build_payload, encode_body, interpret, xml_name
+from appliance.domain.delivery_mapping import (
+    build_payload,
+    encode_body,
+    interpret,
+    xml_name,
+)
 from appliance.domain.endpoint import DeliveryEndpoint, ResponseRules
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from tests.buyer_server import BuyerServer, free_port
@@ -73,14 +78,19 @@ def make_endpoint(url: str, **fields: Any) -> DeliveryEndpoint:
 
 
 def deliver(endpoint: DeliveryEndpoint, lead: dict[str, Any] | None = None, *, secrets: dict[str, str] | None = None,
-            allow_private: bool = True, submission_id: str = "sub_123", verify: Any = True) -> DeliveryResult:
+            allow_private: bool = True, submission_id: str = "sub_123",
+            ssl_context: ssl.SSLContext | None = None) -> DeliveryResult:
     request = DeliveryRequest(lead=LEAD if lead is None else lead, submission_id=submission_id, attempt=1,
                               endpoint=endpoint, secrets=secrets or {}, settings={},
                               allow_private_addresses=allow_private)
 
     async def run() -> DeliveryResult:
-        async with httpx.AsyncClient(follow_redirects=False, verify=verify) as http:
-            return await HttpDelivery().deliver(request, http)
+        adapter = HttpDelivery(ssl_context=ssl_context)
+        try:
+            async with httpx.AsyncClient() as http:  # part of the adapter interface; the http adapter has its own
+                return await adapter.deliver(request, http)
+        finally:
+            await adapter.aclose()
 
     return asyncio.run(run())
 
@@ -240,6 +250,26 @@ def test_missing_token_secret_sends_nothing(buyer: BuyerServer) -> None:
     buyer.route("/auth", status=200)
     result = deliver(make_endpoint(buyer.url("/auth"), auth={"type": "bearer"}))
     assert result.outcome == "failure" and "token" in (result.reason or "") and buyer.requests == []
+
+
+def test_line_break_in_a_header_value_sends_nothing(buyer: BuyerServer) -> None:
+    # Endpoint headers are checked when the endpoint is stored; an opened secret is not.
+    buyer.route("/auth", status=200)
+    result = deliver(make_endpoint(buyer.url("/auth"), auth={"type": "bearer"}),
+                     secrets={"auth.token": f"{SECRET}\r\nX-Injected: 1"})
+    assert result.outcome == "failure", result
+    assert result.reason == "request refused: the value of header Authorization contains a line break"
+    time.sleep(0.05)
+    assert buyer.requests == []
+
+
+def test_credentials_in_the_url_are_sent_as_basic_auth(buyer: BuyerServer) -> None:
+    buyer.route("/in", status=200)
+    result = deliver(make_endpoint(buyer.url("/in").replace("http://", f"http://buyer:{SECRET}@")))
+    assert result.outcome == "success", result
+    (received,) = buyer.requests
+    assert received.headers["authorization"] == "Basic " + base64.b64encode(f"buyer:{SECRET}".encode()).decode()
+    assert SECRET not in msgspec.json.encode(result).decode()
 
 
 def test_url_credentials_and_query_secrets_not_shown() -> None:
@@ -456,20 +486,20 @@ def test_connection_goes_to_the_checked_address(buyer: BuyerServer, monkeypatch:
     assert result.url == f"http://buyer.test:{buyer.port}/leads"
 
 
-def _self_signed(tmp_path: Path, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(server context, client context trusting it) for a certificate valid for `name` only."""
+def _self_signed(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context trusting it) for a certificate valid for `names` only."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
     now = datetime.now(UTC)
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
             .not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name) for name in names]), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
     cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -492,7 +522,7 @@ def test_https_pinned_address_keeps_the_tls_name(tmp_path: Path, monkeypatch: py
     with BuyerServer(tls=server_ctx) as tls_buyer:
         tls_buyer.route("/leads", status=200)
         result = deliver(make_endpoint(f"https://buyer.test:{tls_buyer.port}/leads"), allow_private=False,
-                         verify=client_ctx)
+                         ssl_context=client_ctx)
         assert result.outcome == outcome, result
         if outcome == "success":
             (received,) = tls_buyer.requests

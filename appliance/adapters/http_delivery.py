@@ -10,13 +10,16 @@ One attempt, in order:
    `failure` (retrying cannot help), a host that does not resolve is `error`. The request is
    then sent to the checked address itself with the original Host header and, for https, the
    original TLS server name (SNI, and the certificate is verified against that name), so a second
-   DNS answer cannot redirect it (DNS rebinding). Remaining window: the client's connection pool
-   is keyed by address, so two endpoint hosts that resolve to the SAME public address may share
-   a kept-alive TLS connection whose certificate was verified for the other name.
+   DNS answer cannot redirect it (DNS rebinding). Kept-alive connections are pooled by scheme,
+   address, port and TLS server name, so two endpoint hosts that resolve to the same address
+   never share a TLS connection whose certificate was verified for the other name.
 3. Headers: the endpoint's, then auth (basic: username + secret `auth.password`; bearer and
    header: secret `auth.token`), `Idempotency-Key: <submissionId>` (always ours), Content-Type
    of the body format (unless the endpoint sets one), `Accept-Encoding: identity` by default so
-   the 1 MiB cap is a cap on what we hold, not on compressed bytes.
+   the 1 MiB cap is a cap on what we hold, not on compressed bytes. Credentials in the URL are
+   sent as basic auth (as httpx did). A header value with a line break or a non-ASCII character
+   (a secret can carry one) is outcome `failure` and nothing is sent: a line break would let a
+   value add headers, and the framing headers (Content-Length, Transfer-Encoding) are ours.
 4. Redirects are never followed: a 3xx no rule claims is outcome `error` "redirect not followed".
 5. Resolution, connect, send and the whole body read run under one hard deadline
    (`timeoutSeconds`): a buyer that drips bytes forever ends at the deadline, outcome `error`.
@@ -27,21 +30,28 @@ One attempt, in order:
    Retrying instead would resend a lead the buyer may already have taken.
 7. No secret reaches the result: `url` is shown without userinfo and with secret-looking query
    values masked; known secret values are masked in reason, message and response fields.
+
+The exchange runs on appliance/adapters/http1, a small HTTP/1.1 keep-alive client of this
+adapter's own (httpx cost most of the delivery worker's time); the `http` client that `deliver`
+is given is not used. It retries once, on a new connection, a request that a kept-alive
+connection lost before any byte of the answer: safe because of the Idempotency-Key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import re
+import ssl
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
 import msgspec
 
-from appliance.adapters import netguard
+from appliance.adapters import http1, netguard
 from appliance.domain.delivery_mapping import build_payload, encode_body, form_pairs, interpret
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult, hookimpl
@@ -51,6 +61,7 @@ MASK: Final = "***"
 
 _SECRET_NAME = re.compile(r"(?i)(key|token|secret|pass|pwd|auth|sig|credential|session|cookie)")
 _MIN_SECRET_LEN: Final = 4
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
 def display_url(url: str | None) -> str | None:
@@ -133,27 +144,64 @@ def _short_error(exc: BaseException) -> str:
     return text[:200]
 
 
-class _Answer(msgspec.Struct):
-    status: int
-    content_type: str | None
-    body: bytes
-    truncated: bool
+class _Target(NamedTuple):
+    """What sending to an endpoint URL needs, parsed once per URL."""
+
+    scheme: str
+    host: str                   # ASCII (IDNA) host; an IPv6 address without brackets
+    port: int
+    authority: str              # the Host header: host, and port unless it is the default
+    raw_path: str               # path and query, percent-encoded
+    path: str
+    query: str
+    host_is_address: bool       # written as an IP address: the TLS name is then the address
+    basic_auth: str | None      # from credentials in the URL
+
+
+@functools.lru_cache(maxsize=1024)
+def _target(url: str) -> _Target | None:
+    """None when `url` is not an http or https URL with a host."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        return None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return None
+    host = parsed.raw_host.decode("ascii")
+    raw_path = parsed.raw_path.decode("ascii")
+    path, _, query = raw_path.partition("?")
+    basic_auth = None
+    if parsed.username or parsed.password:
+        basic_auth = "Basic " + base64.b64encode(f"{parsed.username}:{parsed.password}".encode()).decode("ascii")
+    return _Target(parsed.scheme, host, parsed.port or _DEFAULT_PORTS[parsed.scheme], parsed.netloc.decode("ascii"),
+                   raw_path, path, query, netguard.literal_address(host) is not None, basic_auth)
+
+
+def _merged_query(query: str, pairs: list[tuple[str, str]]) -> str:
+    """The URL's query with `pairs` added; a key in `pairs` replaces the URL's values for it."""
+    merged: dict[str, list[str]] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        merged.setdefault(key, []).append(value)
+    added: dict[str, list[str]] = {}
+    for key, value in pairs:
+        added.setdefault(key, []).append(value)
+    merged.update(added)
+    return urlencode([(key, value) for key, values in merged.items() for value in values])
 
 
 class HttpDelivery(DeliveryAdapter):
     name = "http"
 
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
+        """`ssl_context`: TLS settings and trusted CAs for https endpoints (default: certifi's CAs)."""
+        self._client = http1.Client(ssl_context=ssl_context)
+
     def validate(self, endpoint: DeliveryEndpoint) -> list[str]:
         problems: list[str] = []
         if not endpoint.url:
             problems.append("url: required for the http adapter")
-        else:
-            try:
-                parsed = httpx.URL(endpoint.url)
-                if parsed.scheme not in ("http", "https") or not parsed.host:
-                    problems.append("url: must be an http or https URL with a host")
-            except (httpx.InvalidURL, ValueError, TypeError):
-                problems.append("url: must be an http or https URL with a host")
+        elif _target(endpoint.url) is None:
+            problems.append("url: must be an http or https URL with a host")
         auth = endpoint.auth
         if auth is not None and auth.type == "basic" and not auth.username:
             problems.append("auth.username: required for basic auth")
@@ -179,78 +227,64 @@ class HttpDelivery(DeliveryAdapter):
         if problems:
             return outcome("failure", "; ".join(problems))
 
-        url = httpx.URL(endpoint.url or "")
-        headers = httpx.Headers({"User-Agent": "appliance", "Accept-Encoding": "identity"})
-        headers.update(endpoint.headers)
+        target = _target(endpoint.url or "")
+        assert target is not None  # validate checked it
+        # By lower-cased name: a later value replaces an earlier one whatever its case.
+        headers = {"host": ("Host", target.authority), "user-agent": ("User-Agent", "appliance"),
+                   "accept": ("Accept", "*/*"), "accept-encoding": ("Accept-Encoding", "identity")}
+        headers.update((name.lower(), (name, value)) for name, value in endpoint.headers.items())
         content: bytes | None = None
+        path = target.raw_path
         if endpoint.method == "GET":
-            url = url.copy_merge_params(form_pairs(payload))
+            query = _merged_query(target.query, form_pairs(payload))
+            path = f"{target.path}?{query}" if query else target.path
         else:
             content, content_type = encode_body(payload, endpoint.body_format)
-            if "content-type" not in headers:
-                headers["Content-Type"] = content_type
-        headers.update(auth_headers)
-        headers["Idempotency-Key"] = request.submission_id
+            headers.setdefault("content-type", ("Content-Type", content_type))
+        headers.update((name.lower(), (name, value)) for name, value in auth_headers.items())
+        headers["idempotency-key"] = ("Idempotency-Key", request.submission_id)
+        if target.basic_auth is not None:
+            headers["authorization"] = ("Authorization", target.basic_auth)
+        try:
+            outgoing = http1.build_request(endpoint.method, path, headers.values(), content)
+        except http1.InvalidRequest as exc:
+            return outcome("failure", f"request refused: {exc}")
 
         deadline = endpoint.timeout_seconds
         try:
             async with asyncio.timeout(deadline):
                 destination = await netguard.resolve_destination(
-                    str(url), request.allow_private_addresses, timeout=min(deadline, netguard.RESOLVE_TIMEOUT_SECONDS))
+                    endpoint.url or "", request.allow_private_addresses,
+                    timeout=min(deadline, netguard.RESOLVE_TIMEOUT_SECONDS))
                 if destination.reason:
                     return outcome("error" if destination.transient else "failure", destination.reason)
-                extensions: dict[str, Any] = {}
-                if destination.ip is not None and destination.ip != url.host:
-                    # Pin the checked address; keep the name for Host and TLS (see the docstring).
-                    if "host" not in headers:
-                        headers["Host"] = url.netloc.decode("ascii")
-                    if url.scheme == "https" and netguard.literal_address(url.host) is None:
-                        extensions["sni_hostname"] = url.raw_host.decode("ascii")
-                    url = url.copy_with(host=destination.ip)
-                answer = await self._exchange(http, endpoint.method, url, headers, content, extensions, deadline)
+                # Connect to the checked address; keep the name for Host and TLS (see the docstring).
+                address = destination.ip or target.host
+                server_name = None
+                if target.scheme == "https":
+                    server_name = address if target.host_is_address else target.host
+                origin = http1.Origin(target.scheme, address, target.port, server_name)
+                response = await self._client.send(origin, outgoing, max_body=MAX_RESPONSE_BYTES)
         except TimeoutError:
             return outcome("error", f"timed out after {deadline:g} s")
-        except httpx.TimeoutException:
-            return outcome("error", f"timed out after {deadline:g} s")
-        except httpx.ConnectError as exc:
+        except http1.ConnectFailed as exc:
             return outcome("error", f"connection failed: {_short_error(exc)}")
-        except httpx.RemoteProtocolError as exc:
+        except http1.ProtocolError as exc:
             return outcome("error", f"connection closed without a complete response: {_short_error(exc)}")
-        except (httpx.ReadError, httpx.WriteError) as exc:
+        except http1.TransportError as exc:
             return outcome("error", f"connection error: {_short_error(exc)}")
-        except httpx.HTTPError as exc:
-            return outcome("error", f"request failed: {type(exc).__name__}")
         except Exception as exc:  # an adapter bug is an error outcome (retried), never a crash of the worker
             return outcome("error", f"adapter error: {type(exc).__name__}")
 
-        result = interpret(endpoint.response_rules, answer.status, answer.body, answer.content_type)
-        if answer.truncated:
+        result = interpret(endpoint.response_rules, response.status, response.body, response.header("content-type"))
+        if response.truncated:
             reason = f"{result.reason}; response body truncated at {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB"
             message = reason if result.message == result.reason else result.message
             result = msgspec.structs.replace(result, reason=reason, message=message)
         return _scrubbed(msgspec.structs.replace(result, **shown), secrets)
 
-    @staticmethod
-    async def _exchange(http: httpx.AsyncClient, method: str, url: httpx.URL, headers: httpx.Headers,
-                        content: bytes | None, extensions: dict[str, Any], deadline: float) -> _Answer:
-        built = http.build_request(method, url, headers=headers, content=content,
-                                   timeout=httpx.Timeout(deadline), extensions=extensions)
-        response = await http.send(built, stream=True, follow_redirects=False)
-        try:
-            chunks: list[bytes] = []
-            size = 0
-            truncated = False
-            async for chunk in response.aiter_bytes():
-                room = MAX_RESPONSE_BYTES - size
-                if len(chunk) > room:
-                    chunks.append(chunk[:room])
-                    truncated = True
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-        finally:
-            await response.aclose()
-        return _Answer(response.status_code, response.headers.get("content-type"), b"".join(chunks), truncated)
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 @hookimpl

@@ -104,6 +104,11 @@ class DeliveryWorker:
                 await asyncio.wait(active, timeout=self.grace_seconds)
             for task in active:
                 task.cancel()  # left `running`: requeued at the next start
+        for adapter in self.registry.delivery_adapters.values():
+            try:
+                await adapter.aclose()
+            except Exception as exc:  # one adapter's cleanup must not keep the others open
+                log.error("closing delivery adapter %r failed: %s", adapter.name, type(exc).__name__)
 
     async def _process(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
         try:
