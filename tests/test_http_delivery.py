@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import ipaddress
 import ssl
 import threading
 import time
 import xml.etree.ElementTree as ET
+import zlib
 from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -330,6 +332,35 @@ def test_client_lead_id_message_and_fields(buyer: BuyerServer) -> None:
     result = deliver(make_endpoint(buyer.url("/ok"), responseRules=RULES))
     assert (result.outcome, result.client_lead_id, result.message) == ("success", "98765", "Thanks!")
     assert result.response_fields == {"price": "12.5", "ok": "true", "note": "x" * 500}
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return packer.compress(data) + packer.flush()
+
+
+@pytest.mark.parametrize("encoding,pack", [("gzip", gzip.compress), ("deflate", zlib.compress),
+                                           ("deflate", _raw_deflate)])
+def test_compressed_answer_is_read_although_we_asked_for_identity(buyer: BuyerServer, encoding, pack) -> None:
+    answer = msgspec.json.encode({"result": {"status": "accepted", "message": "Thanks!", "leads": [{"id": 55}]}})
+    buyer.route("/z", status=200, body=pack(answer), headers={"Content-Type": "application/json",
+                                                               "Content-Encoding": encoding})
+    result = deliver(make_endpoint(buyer.url("/z"), responseRules=RULES))
+    assert (result.outcome, result.client_lead_id, result.message) == ("success", "55", "Thanks!")
+    assert buyer.requests[0].headers["accept-encoding"] == "identity"
+
+
+def test_compressed_answer_inflates_to_at_most_one_mib(buyer: BuyerServer) -> None:
+    bomb = gzip.compress(b"x" * (20 * 1024 * 1024))  # ~20 KB on the wire
+    buyer.route("/bomb", status=200, body=bomb, headers={"Content-Encoding": "gzip"})
+    result = deliver(make_endpoint(buyer.url("/bomb"), responseRules={"success": {"bodyPattern": "^x+$"}}))
+    assert result.outcome == "success" and "truncated at 1 MiB" in (result.reason or "")
+
+
+def test_answer_that_does_not_inflate_is_read_as_it_came(buyer: BuyerServer) -> None:
+    buyer.route("/bad", status=200, body=b"accepted, not really gzip", headers={"Content-Encoding": "gzip"})
+    result = deliver(make_endpoint(buyer.url("/bad"), responseRules={"success": {"bodyPattern": "^accepted"}}))
+    assert result.outcome == "success"
 
 
 def test_response_fields_are_bounded() -> None:

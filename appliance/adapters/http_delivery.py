@@ -16,7 +16,8 @@ One attempt, in order:
 3. Headers: the endpoint's, then auth (basic: username + secret `auth.password`; bearer and
    header: secret `auth.token`), `Idempotency-Key: <submissionId>` (always ours), Content-Type
    of the body format (unless the endpoint sets one), `Accept-Encoding: identity` by default so
-   the 1 MiB cap is a cap on what we hold, not on compressed bytes. Credentials in the URL are
+   the 1 MiB cap is a cap on what we hold, not on compressed bytes (a gzip or deflate answer sent
+   anyway is inflated to at most 1 MiB before the rules read it). Credentials in the URL are
    sent as basic auth (as httpx did). A header value with a line break or a non-ASCII character
    (a secret can carry one) is outcome `failure` and nothing is sent: a line break would let a
    value add headers, and the framing headers (Content-Length, Transfer-Encoding) are ours.
@@ -44,6 +45,7 @@ import base64
 import functools
 import re
 import ssl
+import zlib
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -52,7 +54,12 @@ import httpx
 import msgspec
 
 from appliance.adapters import http1, netguard
-from appliance.domain.delivery_mapping import build_payload, encode_body, form_pairs, interpret
+from appliance.domain.delivery_mapping import (
+    build_payload,
+    encode_body,
+    form_pairs,
+    interpret,
+)
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult, hookimpl
 
@@ -276,8 +283,9 @@ class HttpDelivery(DeliveryAdapter):
         except Exception as exc:  # an adapter bug is an error outcome (retried), never a crash of the worker
             return outcome("error", f"adapter error: {type(exc).__name__}")
 
-        result = interpret(endpoint.response_rules, response.status, response.body, response.header("content-type"))
-        if response.truncated:
+        body, truncated = _decoded(response)
+        result = interpret(endpoint.response_rules, response.status, body, response.header("content-type"))
+        if truncated:
             reason = f"{result.reason}; response body truncated at {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB"
             message = reason if result.message == result.reason else result.message
             result = msgspec.structs.replace(result, reason=reason, message=message)
@@ -285,6 +293,28 @@ class HttpDelivery(DeliveryAdapter):
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def _decoded(response: http1.Response) -> tuple[bytes, bool]:
+    """The body as the rules should see it, and whether it was cut at MAX_RESPONSE_BYTES. We ask
+    for `identity`, yet some buyers compress anyway: gzip and deflate are inflated, to at most
+    MAX_RESPONSE_BYTES (a small bomb cannot grow past it); a body that does not inflate is left
+    as it came (body rules see bytes, JSON rules no JSON)."""
+    encoding = (response.header("content-encoding") or "").strip().lower()
+    if encoding not in ("gzip", "x-gzip", "deflate") or not response.body:
+        return response.body, response.truncated
+    inflater = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, told apart by zlib
+    try:
+        body = inflater.decompress(response.body, MAX_RESPONSE_BYTES)
+    except zlib.error:
+        if encoding != "deflate":
+            return response.body, response.truncated
+        try:  # "deflate" is often sent raw, without the zlib header
+            inflater = zlib.decompressobj(-zlib.MAX_WBITS)
+            body = inflater.decompress(response.body, MAX_RESPONSE_BYTES)
+        except zlib.error:
+            return response.body, response.truncated
+    return body, response.truncated or bool(inflater.unconsumed_tail)
 
 
 @hookimpl
