@@ -101,9 +101,10 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
         bind_host, bind_port = host or config.server.host, port or config.server.port
         if banner:
             banner(f"http://{bind_host}:{bind_port}")
-        # One worker: SQLite has one writer; several processes only fight over its lock.
+        # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
+        # header rewriting: nothing here reads the client address (limits are per API key).
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=config.server.log_level,
-                    access_log=False, server_header=False, lifespan="on")
+                    access_log=False, server_header=False, proxy_headers=False, lifespan="on")
     finally:
         runtime.close()
 

@@ -134,7 +134,8 @@ def main() -> None:
     args = parser.parse_args()
     # The same call as appliance.cli._serve.
     uvicorn.run(create_app(args.body_size, args.small_body_size), host=args.host, port=args.port,
-                log_level=args.log_level, access_log=False, server_header=False, lifespan="on")
+                log_level=args.log_level, access_log=False, server_header=False, proxy_headers=False,
+                lifespan="on")
 
 
 if __name__ == "__main__":

@@ -350,9 +350,10 @@ def test_compressed_answer_is_read_although_we_asked_for_identity(buyer: BuyerSe
     assert buyer.requests[0].headers["accept-encoding"] == "identity"
 
 
-def test_compressed_answer_inflates_to_at_most_one_mib(buyer: BuyerServer) -> None:
-    bomb = gzip.compress(b"x" * (20 * 1024 * 1024))  # ~20 KB on the wire
-    buyer.route("/bomb", status=200, body=bomb, headers={"Content-Encoding": "gzip"})
+@pytest.mark.parametrize("encoding,pack", [("gzip", gzip.compress), ("deflate", _raw_deflate)])
+def test_compressed_answer_inflates_to_at_most_one_mib(buyer: BuyerServer, encoding, pack) -> None:
+    bomb = pack(b"x" * (20 * 1024 * 1024))  # ~20 KB on the wire
+    buyer.route("/bomb", status=200, body=bomb, headers={"Content-Encoding": encoding})
     result = deliver(make_endpoint(buyer.url("/bomb"), responseRules={"success": {"bodyPattern": "^x+$"}}))
     assert result.outcome == "success" and "truncated at 1 MiB" in (result.reason or "")
 

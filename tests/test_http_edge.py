@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
 import subprocess
 import sys
+import time
 
 import msgspec
 import pytest
@@ -50,6 +52,51 @@ def test_key_revoked_by_the_cli_in_another_process_is_refused_at_once(client, co
     assert done.returncode == 0, done.stderr
     response = client.get("/api/v1/campaigns", headers=tenant.headers)
     assert response.status_code == 401 and response.json() == UNAUTHORIZED
+
+
+def test_source_key_created_by_the_cli_shows_at_once(client, cli, tenant):
+    def prefix() -> str:
+        campaigns = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]["campaigns"]
+        return campaigns[0]["ingestion"]["sources"][0]["keyPrefix"]
+
+    assert prefix() == "import"
+    made = cli.json("key", "create", "--tenant", tenant.tenant_id, "--source", "A-src")
+    assert prefix() == made["prefix"]
+
+
+def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, runtime, tenant):
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
+    # As a command that could not open the signal file would leave it: committed, not announced.
+    runtime.db.write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
+                                                    " WHERE key_id = ?", (tenant.key_id,)))
+    time.sleep(1.1)
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
+
+
+def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
+    config_file = tmp_path / "nosignal.toml"
+    config_file.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+                           f'[plugins]\ndirs = []\n')
+    config = load_config(config_file)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / (config.database_file.name + "-changes")).mkdir()  # cannot be opened as a file
+    warnings: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("appliance.storage").addHandler(handler)
+    runtime = open_runtime(config)
+    try:
+        assert runtime.db.changes is None
+        tenant_id = tenancy.create_tenant(runtime, "No signal")
+        made = tenancy.create_key(runtime, tenant_id)
+        with TestClient(create_app(runtime, background=False)) as plain:
+            assert plain.get("/api/v1/campaigns", headers={"X-API-Key": made.key}).status_code == 200
+            tenancy.revoke_key(runtime, made.key_id)
+            assert plain.get("/api/v1/campaigns", headers={"X-API-Key": made.key}).status_code == 401
+        assert any("could not signal the change" in w for w in warnings)
+    finally:
+        logging.getLogger("appliance.storage").removeHandler(handler)
+        runtime.close()
 
 
 def test_config_imported_by_the_cli_is_served_at_once(client, cli, tmp_path, tenant):

@@ -179,6 +179,14 @@ def test_chunked_body_over_one_mib_without_content_length_is_413(served):
     assert runtime.db.reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before
 
 
+def test_large_body_of_another_type_is_415_not_413(served):
+    base, _, tenant = served
+    status, _, answer = _post_raw(base, SUBMIT, {**tenant.headers, "Content-Type": "text/plain"},
+                                  [b"x" * (MIB + 10)], chunked=False)
+    assert status == 415, answer[:300]
+    assert answer.startswith(b'{"success":false,"error":{"code":"UNSUPPORTED_MEDIA_TYPE"')
+
+
 def test_chunked_body_under_the_limit_is_accepted(served):
     base, _, tenant = served
     body = msgspec.json.encode({"campaignId": "AC01", **person(1), "notes": "z" * 9000})

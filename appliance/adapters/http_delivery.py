@@ -314,7 +314,7 @@ def _decoded(response: http1.Response) -> tuple[bytes, bool]:
             body = inflater.decompress(response.body, MAX_RESPONSE_BYTES)
         except zlib.error:
             return response.body, response.truncated
-    return body, response.truncated or bool(inflater.unconsumed_tail)
+    return body, response.truncated or (not inflater.eof and len(body) >= MAX_RESPONSE_BYTES)
 
 
 @hookimpl

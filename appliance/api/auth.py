@@ -10,7 +10,6 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from appliance import apikeys
 from appliance.errors import Forbidden, RateLimited, Unauthorized
-from appliance.storage.change_signal import ChangeSignal
 from appliance.storage.db import Database
 from appliance.storage.tenants import KeyRecord, find_active_key
 
@@ -41,21 +40,21 @@ class KeyCache:
     """Active keys by hash, so a request does not read the database to authenticate. Entries are
     dropped whenever the database's change signal moves (an admin command committed a key or
     configuration change, storage/change_signal.py) and after `ttl` seconds in any case (a
-    command killed between its commit and its signal). Unknown keys are never cached: a new key
-    works at once, and guessed keys cannot fill the cache."""
+    command that could not signal, or was killed between its commit and its signal). Unknown
+    keys are never cached: a new key works at once, and guessed keys cannot fill the cache."""
 
-    def __init__(self, db: Database, ttl: float = 5.0, max_entries: int = 10_000) -> None:
+    def __init__(self, db: Database, ttl: float = 1.0, max_entries: int = 10_000) -> None:
         self.db = db
-        self.signal: ChangeSignal | None = db.changes
         self.ttl = ttl
         self.max_entries = max_entries
         self._epoch: int | None = None
         self._entries: dict[bytes, tuple[KeyRecord, float]] = {}
 
     def lookup(self, key_hash: bytes) -> KeyRecord | None:
-        if self.signal is None:
+        signal = self.db.changes
+        if signal is None:
             return find_active_key(self.db.reader(), key_hash)
-        epoch = self.signal.value()  # read before the database, so a change after it is seen next time
+        epoch = signal.value()  # read before the database, so a change after it is seen next time
         if epoch != self._epoch:
             self._entries.clear()
             self._epoch = epoch

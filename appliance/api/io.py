@@ -51,14 +51,21 @@ def ok_raw(data_json: bytes, status: int = 200) -> Response:
 
 
 async def read_json(request: Request, kind: type[T]) -> T:
-    return decode_json(request.headers.get("content-type", ""), await request.body(), kind)
+    content_type = request.headers.get("content-type", "")
+    require_json(content_type)
+    return decode_json(content_type, await request.body(), kind)
+
+
+def require_json(content_type: str) -> None:
+    """415 unless the Content-Type is JSON (checked before the body is read)."""
+    media = content_type.split(";", 1)[0].strip().lower()
+    if media != JSON and not media.endswith("+json"):
+        raise UnsupportedMediaType()
 
 
 def decode_json(content_type: str, body: bytes, kind: type[T]) -> T:
     """A request body as `kind`: 415 unless it is JSON, 400 naming the field otherwise."""
-    media = content_type.split(";", 1)[0].strip().lower()
-    if media != JSON and not media.endswith("+json"):
-        raise UnsupportedMediaType()
+    require_json(content_type)
     if not body.strip():
         raise ValidationFailed(["body: a JSON object is required"])
     if nesting_depth_exceeds(body):

@@ -16,7 +16,7 @@ from typing import Any
 from litestar.types import Receive, Scope, Send
 
 from appliance.api.auth import SUBMIT_PATH, authenticate
-from appliance.api.io import MAX_BODY
+from appliance.api.io import MAX_BODY, require_json
 from appliance.api.leads import submit_json
 from appliance.errors import ApiError, PayloadTooLarge, error_body, unexpected_error_body
 
@@ -55,10 +55,11 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
     extra: list[tuple[bytes, bytes]] = []
     try:
         who = authenticate(scope, app_state, SUBMIT_PATH)
+        content_type = (_header(scope, b"content-type") or b"").decode("latin-1")
+        require_json(content_type)  # before reading: a large body of another type is a 415, not a 413
         body = await _read_body(scope, receive)
         if body is None:
             return
-        content_type = (_header(scope, b"content-type") or b"").decode("latin-1")
         status, content = 201, await submit_json(app_state, who, content_type, body)
     except ApiError as exc:
         status, content = exc.status, error_body(exc.code, exc.message, exc.details)

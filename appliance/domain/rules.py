@@ -539,27 +539,28 @@ class _PlainRules(NamedTuple):
     sub_rules: Sequence[SubRule]
     logical_operator: str
     is_or: bool
-    subs: tuple[tuple[bool, tuple[Check, ...]], ...]
+    subs: tuple[tuple[bool, tuple[Check, ...]], ...] | None
 
 
 # Rule sets and routing rules are checked on every submit and most do not match; without prompt
 # conditions nothing can be skipped, so whether they match is plain AND/OR over compiled checks.
-# Keyed like _COMPILED (identity of the sub-rule list, checked on use); None: has prompts.
-_PLAIN: dict[int, _PlainRules | None] = {}
+# Keyed by the identity of the sub-rule list (kept alive by the entry, checked on use). This
+# relies on what the rest of the service does: configuration objects are never changed in place
+# (an import makes new ones under a new config revision), so a list's sub-rules stay its own.
+# `subs` is None for rules with prompt conditions (they take the general path).
+_PLAIN: dict[int, _PlainRules] = {}
 
 
 def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> _PlainRules | None:
     entry = _PLAIN.get(id(sub_rules))
-    if entry is not None and entry.sub_rules is sub_rules and entry.logical_operator is logical_operator:
-        return entry
-    if any(cond.prompt for sub in sub_rules for cond in sub.conditions):
-        return None
-    entry = _PlainRules(sub_rules, logical_operator, _is_or(logical_operator), tuple(
-        (_is_or(sub.logical_operator), tuple(_check_of(cond) for cond in sub.conditions)) for sub in sub_rules))
-    if len(_PLAIN) >= _COMPILED_MAX:
-        _PLAIN.clear()
-    _PLAIN[id(sub_rules)] = entry
-    return entry
+    if entry is None or entry.sub_rules is not sub_rules or entry.logical_operator is not logical_operator:
+        subs = None if any(cond.prompt for sub in sub_rules for cond in sub.conditions) else tuple(
+            (_is_or(sub.logical_operator), tuple(_check_of(cond) for cond in sub.conditions)) for sub in sub_rules)
+        entry = _PlainRules(sub_rules, logical_operator, _is_or(logical_operator), subs)
+        if len(_PLAIN) >= _COMPILED_MAX:
+            _PLAIN.clear()
+        _PLAIN[id(sub_rules)] = entry
+    return entry if entry.subs is not None else None
 
 
 def _plain_match(rules: _PlainRules, facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:

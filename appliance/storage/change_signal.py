@@ -5,7 +5,10 @@ The server caches what it reads for every request (the key behind an `X-API-Key`
 tenant's config revision), while those changes are made by CLI commands in other processes.
 Reading this counter tells the server its cache is stale, so a revoked key is refused at once.
 The server maps the file and reads 8 bytes per request: no system call, so the event loop never
-hands the GIL to another thread for it."""
+hands the GIL to another thread for it. Like SQLite's own `-shm` file, which is mapped the same
+way, the file belongs to the running service: truncating it under a live server faults that
+server. A file that was replaced, or that a command could not open, only delays what the server
+sees until its cache entries expire (api/auth.py KeyCache: one second)."""
 
 from __future__ import annotations
 
@@ -17,8 +20,8 @@ _SIZE = 8
 
 
 class ChangeSignal:
-    def __init__(self, path: Path) -> None:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    def __init__(self, path: Path, mode: int) -> None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, mode)
         try:
             if os.fstat(fd).st_size < _SIZE:
                 os.ftruncate(fd, _SIZE)
@@ -41,6 +44,8 @@ def open_signal(database_file: Path) -> ChangeSignal | None:
     """The signal of `database_file`, or None when its file cannot be made (read-only data dir):
     callers then read through to the database every time."""
     try:
-        return ChangeSignal(database_file.with_name(database_file.name + "-changes"))
+        # Whoever may write the database may signal a change to it.
+        mode = os.stat(database_file).st_mode & 0o666
+        return ChangeSignal(database_file.with_name(database_file.name + "-changes"), mode)
     except OSError:
         return None

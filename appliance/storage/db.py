@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
 import time
@@ -20,6 +21,7 @@ import apsw
 from appliance.storage import migrations
 from appliance.storage.change_signal import ChangeSignal, open_signal
 
+log = logging.getLogger("appliance.storage")
 T = TypeVar("T")
 WriteFn = Callable[[apsw.Connection], T]
 
@@ -96,6 +98,9 @@ class Database:
         (call after the change is committed; see storage/change_signal.py)."""
         if self.changes is not None:
             self.changes.bump()
+        else:
+            log.warning("could not signal the change to running servers (%s-changes is not writable): "
+                        "they see it within a second", self.path.name)
 
     def __enter__(self) -> "Database":
         return self.open()
