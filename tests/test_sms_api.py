@@ -4,10 +4,13 @@ timeouts and unreachable hosts (502 with the message stored), every bad field, 4
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
@@ -423,3 +426,34 @@ def test_openapi_documents_the_routes(client):
     assert {"201", "400", "404", "502"} <= set(send_op["responses"])
     assert {"/api/v1/files", "/api/v1/files/{leadId}", "/api/v1/files/{leadId}/{fileKey}",
             "/api/v1/pixels/fire"} <= set(doc["paths"])
+
+
+def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fake, runtime):
+    from appliance import sms
+    from appliance.jobs.ticker import settle_interrupted_sms
+    from appliance.plugins import load_plugins
+    from tests.test_submit_support import FakeClock
+
+    fake.route(TWILIO_PATH.format(sid="AC123"), delay=2, status=201, body={"sid": "late"})
+    body = msgspec.convert({"leadId": submit(client, tenant), "message": "x"}, sms.SmsSendBody)
+
+    async def crash_during_the_provider_call() -> str:
+        task = asyncio.create_task(sms.send(runtime, load_plugins(runtime.config), tenant.tenant_id, body))
+        for _ in range(200):
+            found = runtime.db.row("SELECT message_id FROM sms_messages WHERE status = 'sending'")
+            if found:
+                task.cancel()  # the process dies: the final status is never written
+                return found[0]
+            await asyncio.sleep(0.01)
+        raise AssertionError("the message was never stored as sending")
+
+    message_id = asyncio.run(crash_during_the_provider_call())
+    stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
+    clock = FakeClock(datetime.fromisoformat(stored.created_at.replace("Z", "+00:00")))
+    runtime.clock = clock
+    clock.advance(minutes=9)
+    assert asyncio.run(settle_interrupted_sms(runtime)) == 0  # a call could still be under way
+    clock.advance(minutes=2)
+    assert asyncio.run(settle_interrupted_sms(runtime)) == 1
+    settled = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
+    assert settled.status == "error" and settled.reason.startswith("interrupted: ")

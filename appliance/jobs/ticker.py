@@ -1,5 +1,5 @@
-"""Periodic housekeeping on monotonic ticks: flush the activity log, purge its old rows, refresh
-planner statistics.
+"""Periodic housekeeping on monotonic ticks: flush the activity log, purge its old rows, settle
+SMS messages whose provider call was interrupted, refresh planner statistics.
 Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from appliance.clock import iso
 from appliance.runtime import Runtime
+from appliance.storage import messages
 from appliance.storage.activity import append_activity, purge_activity
 
 log = logging.getLogger("appliance.ticker")
@@ -18,6 +19,11 @@ log = logging.getLogger("appliance.ticker")
 TICK_SECONDS = 1.0
 OPTIMIZE_EVERY = 300.0
 PURGE_EVERY = 3600.0  # SQLite checkpoints the WAL itself on commit; the planner stats need a refresh
+SMS_SETTLE_EVERY = 60.0
+# Far beyond any provider call (built-in adapters give up after timeout_seconds, default 10 s).
+SMS_INTERRUPTED_AFTER = timedelta(minutes=10)
+INTERRUPTED_SMS_REASON = ("interrupted: the service stopped, or the provider call never ended, while the message "
+                          "was being handed to the provider; whether the provider sent it is unknown")
 
 
 async def flush_activity(runtime: Runtime) -> int:
@@ -35,9 +41,17 @@ async def purge_old_activity(runtime: Runtime) -> int:
     return await runtime.db.write(lambda conn: purge_activity(conn, before))
 
 
+async def settle_interrupted_sms(runtime: Runtime) -> int:
+    now = runtime.clock.now()
+    before = iso(now - SMS_INTERRUPTED_AFTER)
+    return await runtime.db.write(
+        lambda conn: messages.settle_interrupted(conn, before, INTERRUPTED_SMS_REASON, iso(now)))
+
+
 async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
     last_optimize = time.monotonic()
     last_purge = time.monotonic() - PURGE_EVERY  # purge once soon after start
+    last_sms_settle = time.monotonic() - SMS_SETTLE_EVERY
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=TICK_SECONDS)
@@ -48,6 +62,11 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             if time.monotonic() - last_purge >= PURGE_EVERY:
                 last_purge = time.monotonic()
                 await purge_old_activity(runtime)
+            if time.monotonic() - last_sms_settle >= SMS_SETTLE_EVERY:
+                last_sms_settle = time.monotonic()
+                if settled := await settle_interrupted_sms(runtime):
+                    log.warning("%d SMS messages were left sending by an interrupted provider call: now error",
+                                settled)
             if time.monotonic() - last_optimize >= OPTIMIZE_EVERY:
                 last_optimize = time.monotonic()
                 await runtime.db.write(lambda conn: conn.execute("PRAGMA optimize"))

@@ -118,3 +118,12 @@ def get_pixel(conn: apsw.Connection, tenant_id: str, pixel_id: str) -> Pixel | N
     found = conn.execute("SELECT doc FROM pixels WHERE tenant_id = ? AND pixel_id = ?",
                          (tenant_id, pixel_id)).fetchone()
     return _pixel_decoder.decode(found[0]) if found else None
+
+
+def settle_interrupted(conn: apsw.Connection, started_before: str, reason: str, now: str) -> int:
+    """Messages still `sending` that were handed to a provider before `started_before`: the
+    process stopped during the call (a crash) or the call never ended. They become `error`, so no
+    message stays `sending` forever; a call that does end later still records its real status."""
+    conn.execute("UPDATE sms_messages SET status = 'error', reason = ?, updated_at = ?"
+                 " WHERE status = 'sending' AND created_at < ?", (reason, now, started_before))
+    return conn.changes()

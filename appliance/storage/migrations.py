@@ -288,3 +288,9 @@ def m004_files_sms(conn: apsw.Connection) -> None:
 def m005_job_reservations(conn: apsw.Connection) -> None:
     # Delivery-limit slots a running attempt holds, so an interrupted attempt gives them back.
     conn.execute("ALTER TABLE jobs ADD COLUMN reservations TEXT")
+
+
+@migration
+def m006_sms_messages_sending(conn: apsw.Connection) -> None:
+    # The ticker looks for messages left `sending` every minute; only those few are indexed.
+    conn.execute("CREATE INDEX sms_messages_sending ON sms_messages(created_at) WHERE status = 'sending'")
