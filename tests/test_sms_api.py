@@ -449,7 +449,7 @@ def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fak
 
     message_id = asyncio.run(crash_during_the_provider_call())
     stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
-    clock = FakeClock(datetime.fromisoformat(stored.created_at.replace("Z", "+00:00")))
+    clock = FakeClock(datetime.fromisoformat(stored.created_at))
     runtime.clock = clock
     clock.advance(minutes=9)
     assert asyncio.run(settle_interrupted_sms(runtime)) == 0  # a call could still be under way
