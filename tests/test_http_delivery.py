@@ -69,6 +69,14 @@ MAPPING = [
 SECRET = "s3cr3t-Value-9f8e7d"
 
 
+@pytest.fixture(autouse=True)
+def fresh_dns() -> Iterator[None]:
+    # netguard keeps lookups for 30 s; each test fakes its own answers for the same names.
+    netguard.forget_resolutions()
+    yield
+    netguard.forget_resolutions()
+
+
 @pytest.fixture
 def buyer() -> Iterator[BuyerServer]:
     with BuyerServer() as server:
@@ -561,6 +569,44 @@ def test_https_pinned_address_keeps_the_tls_name(tmp_path: Path, monkeypatch: py
             assert received.headers["host"] == f"buyer.test:{tls_buyer.port}"
         else:
             assert tls_buyer.requests == [] and "connection failed" in (result.reason or "")
+
+
+def test_a_lookup_serves_the_next_deliveries_and_is_judged_each_time(buyer: BuyerServer,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups: list[str] = []
+
+    def counting(host: str) -> list:
+        lookups.append(host)
+        return [ipaddress.ip_address("127.0.0.1")]
+
+    monkeypatch.setattr(netguard, "_lookup", counting)
+    monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
+    buyer.route("/leads", status=200)
+    endpoint = make_endpoint(f"http://buyer.test:{buyer.port}/leads")
+    assert [deliver(endpoint, allow_private=False).outcome for _ in range(3)] == ["success"] * 3
+    assert lookups == ["buyer.test"]
+    monkeypatch.undo()  # the same kept address, judged again: loopback is refused
+    refused = deliver(endpoint, allow_private=False)
+    assert refused.outcome == "failure" and "loopback" in (refused.reason or "")
+    assert len(buyer.requests) == 3
+
+
+def test_a_failed_lookup_is_not_kept(buyer: BuyerServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list = [OSError("temporary failure"), [ipaddress.ip_address("127.0.0.1")]]
+
+    def flaky(host: str) -> list:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(netguard, "_lookup", flaky)
+    monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
+    buyer.route("/leads", status=200)
+    endpoint = make_endpoint(f"http://buyer.test:{buyer.port}/leads")
+    assert deliver(endpoint, allow_private=False).outcome == "error"
+    assert deliver(endpoint, allow_private=False).outcome == "success"
+    assert answers == []
 
 
 def test_unresolvable_host_is_a_retryable_error(monkeypatch: pytest.MonkeyPatch) -> None:

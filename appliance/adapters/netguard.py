@@ -12,7 +12,8 @@ thread, bounded) and refused if ANY of its addresses is refused.
 
 `resolve_destination` returns the checked address so the caller connects to exactly that address
 (the request keeps the original Host header and TLS server name): a second DNS answer cannot
-point the connection somewhere else (DNS rebinding).
+point the connection somewhere else (DNS rebinding). It keeps a successful lookup for
+RESOLVED_TTL_SECONDS and judges the kept addresses again on every use.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import ipaddress
 import re
 import socket
 import threading
+import time
 from typing import NamedTuple
 
 import httpx
@@ -186,6 +188,37 @@ def _lookup_in_thread(host: str) -> concurrent.futures.Future[list[IPAddress]]:
     return future
 
 
+# Successful lookups are reused for this long (the JVM's default for the same reason): a delivery
+# worker sends to the same few buyers all day, and a lookup per delivery costs a thread and a
+# resolver round trip. The addresses are judged again on every use; failures are not kept, and
+# concurrent deliveries to one host share the lookup in flight.
+RESOLVED_TTL_SECONDS = 30.0
+_resolved: dict[str, tuple[float, concurrent.futures.Future[list[IPAddress]]]] = {}
+_RESOLVED_MAX = 1024
+
+
+def _shared_lookup(host: str) -> concurrent.futures.Future[list[IPAddress]]:
+    now = time.monotonic()
+    found = _resolved.get(host)
+    if found is not None:
+        started, future = found
+        if not future.done():
+            if now - started < RESOLVE_TIMEOUT_SECONDS:  # a lookup that hangs longer is not shared
+                return future
+        elif now - started < RESOLVED_TTL_SECONDS and not future.cancelled() and future.exception() is None:
+            return future
+    if len(_resolved) >= _RESOLVED_MAX:
+        _resolved.clear()
+    future = _lookup_in_thread(host)
+    _resolved[host] = (now, future)
+    return future
+
+
+def forget_resolutions() -> None:
+    """Drop every kept lookup (tests that change what a name resolves to)."""
+    _resolved.clear()
+
+
 async def resolve_destination(url: str, allow_private: bool, *,
                               timeout: float = RESOLVE_TIMEOUT_SECONDS) -> Destination:
     """Check `url` and, unless `allow_private`, the address to connect to (see the module docstring)."""
@@ -194,7 +227,8 @@ async def resolve_destination(url: str, allow_private: bool, *,
         return answer
     assert host is not None
     try:
-        addresses = await asyncio.wait_for(asyncio.wrap_future(_lookup_in_thread(host)), timeout)
+        # shield: one caller's timeout must not cancel the lookup the others are sharing
+        addresses = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(_shared_lookup(host))), timeout)
     except (TimeoutError, asyncio.TimeoutError):
         return Destination(None, f"cannot resolve host {host}: timed out", transient=True)
     except (OSError, UnicodeError, ValueError):
