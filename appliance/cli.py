@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import stat
 import sys
@@ -101,6 +102,11 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
         bind_host, bind_port = host or config.server.host, port or config.server.port
         if banner:
             banner(f"http://{bind_host}:{bind_port}")
+        # What exists now (modules, config, routes, the OpenAPI document) lives as long as the
+        # process: out of the collector's sight, a full collection no longer walks it. Measured
+        # (bench.submit, alternating runs): submit p99 38-42 ms instead of 51-53 ms.
+        gc.collect()
+        gc.freeze()
         # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=config.server.log_level,
