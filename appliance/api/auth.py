@@ -70,17 +70,18 @@ class KeyCache:
         return record
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def header(scope: Scope, name: bytes) -> bytes | None:
+    """The first value of a request header (`name` lower-case), as sent."""
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            return value
     return None
 
 
 def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> KeyRecord:
     """The key of the request, checked: known and live (401), a source key only on submit (403),
     within its rate limit (429). Also records it as the request's principal."""
-    key = (_header(scope, b"x-api-key") or "").strip()
+    key = (header(scope, b"x-api-key") or b"").decode("latin-1").strip()
     # Imported source keys need not be in our format, so any plausible key is looked up.
     if not apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH:
         raise Unauthorized()

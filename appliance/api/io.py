@@ -51,9 +51,8 @@ def ok_raw(data_json: bytes, status: int = 200) -> Response:
 
 
 async def read_json(request: Request, kind: type[T]) -> T:
-    content_type = request.headers.get("content-type", "")
-    require_json(content_type)
-    return decode_json(content_type, await request.body(), kind)
+    require_json(request.headers.get("content-type", ""))
+    return decode_json(await request.body(), kind)
 
 
 def require_json(content_type: str) -> None:
@@ -63,9 +62,9 @@ def require_json(content_type: str) -> None:
         raise UnsupportedMediaType()
 
 
-def decode_json(content_type: str, body: bytes, kind: type[T]) -> T:
-    """A request body as `kind`: 415 unless it is JSON, 400 naming the field otherwise."""
-    require_json(content_type)
+def decode_json(body: bytes, kind: type[T]) -> T:
+    """A request body (its Content-Type already checked by `require_json`) as `kind`, or 400
+    naming the field."""
     if not body.strip():
         raise ValidationFailed(["body: a JSON object is required"])
     if nesting_depth_exceeds(body):

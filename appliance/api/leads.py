@@ -13,7 +13,7 @@ from litestar.params import PathParameter, QueryParameter
 
 from appliance import approvals, intake, lead_updates, reposts
 from appliance.api.auth import principal
-from appliance.api.io import decode_json, ok, ok_body, ok_raw, query_int, query_str, read_json
+from appliance.api.io import decode_json, ok, ok_body, ok_raw, query_int, query_str, read_json, require_json
 from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
 from appliance.domain.normalize import to_e164
 from appliance.domain.submission import SubmitLead
@@ -31,14 +31,15 @@ LeadId = Annotated[str, PathParameter(name="leadId")]
 async def submit_lead(request: Request) -> Response:
     # Declared here for the OpenAPI document and for what the edge leaves to Litestar (a trailing
     # slash); a plain POST is answered by appliance/api/submit_edge.py with the same submit_json.
-    body = await submit_json(request.app.state, principal(request.scope), request.headers.get("content-type", ""),
-                             await request.body())
+    require_json(request.headers.get("content-type", ""))
+    body = await submit_json(request.app.state, principal(request.scope), await request.body())
     return Response(body, status_code=201, media_type=JSON)
 
 
-async def submit_json(state: State, who: KeyRecord, content_type: str, body: bytes) -> bytes:
-    """A submit request's body in, the 201 response's body out (errors are raised)."""
-    lead = decode_json(content_type, body, SubmitLead)
+async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
+    """A submit request's body (Content-Type checked) in, the 201 response's body out (errors are
+    raised)."""
+    lead = decode_json(body, SubmitLead)
     result = await intake.submit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who, lead,
                                  state.registry)
     state.worker.wake()

@@ -5,7 +5,7 @@ and response objects) costs about as much CPU as the whole submit pipeline: on t
 bare Litestar endpoint that decodes a lead serves ~10,800 requests/s, the same decode as a plain
 ASGI app on the same uvicorn ~40,000/s (bench/README.md). So the edge answers exactly
 `POST /api/v1/leads/submit` itself, through the same functions as every route (authenticate,
-decode_json, submit_json, the error envelope); anything else on that path (other methods,
+require_json, submit_json, the error envelope); anything else on that path (other methods,
 OPTIONS, a trailing slash) still goes through Litestar, where the route is declared for the
 OpenAPI document too."""
 
@@ -15,24 +15,22 @@ from typing import Any
 
 from litestar.types import Receive, Scope, Send
 
-from appliance.api.auth import SUBMIT_PATH, authenticate
+from appliance.api.auth import SUBMIT_PATH, authenticate, header
 from appliance.api.io import MAX_BODY, require_json
 from appliance.api.leads import submit_json
-from appliance.errors import ApiError, PayloadTooLarge, error_body, unexpected_error_body
+from appliance.errors import (
+    ApiError,
+    PayloadTooLarge,
+    error_body,
+    unexpected_error_body,
+)
 
 _JSON_HEADER = (b"content-type", b"application/json")
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return value
-    return None
-
-
 async def _read_body(scope: Scope, receive: Receive) -> bytes | None:
     """The whole body (413 past MAX_BODY), or None when the client went away."""
-    declared = _header(scope, b"content-length")
+    declared = header(scope, b"content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise PayloadTooLarge()
     chunks: list[bytes] = []
@@ -55,12 +53,12 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
     extra: list[tuple[bytes, bytes]] = []
     try:
         who = authenticate(scope, app_state, SUBMIT_PATH)
-        content_type = (_header(scope, b"content-type") or b"").decode("latin-1")
-        require_json(content_type)  # before reading: a large body of another type is a 415, not a 413
+        # Before reading: a large body of another type is a 415, not a 413.
+        require_json((header(scope, b"content-type") or b"").decode("latin-1"))
         body = await _read_body(scope, receive)
         if body is None:
             return
-        status, content = 201, await submit_json(app_state, who, content_type, body)
+        status, content = 201, await submit_json(app_state, who, body)
     except ApiError as exc:
         status, content = exc.status, error_body(exc.code, exc.message, exc.details)
         extra = [(name.lower().encode(), value.encode()) for name, value in exc.headers().items()]
