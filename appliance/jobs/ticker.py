@@ -48,10 +48,24 @@ async def settle_interrupted_sms(runtime: Runtime) -> int:
         lambda conn: messages.settle_interrupted(conn, before, INTERRUPTED_SMS_REASON, iso(now)))
 
 
+class _Every:
+    """A step that is due every `seconds` on the monotonic clock (`first_now`: due at once)."""
+
+    def __init__(self, seconds: float, *, first_now: bool = False) -> None:
+        self.seconds = seconds
+        self.last = time.monotonic() - (seconds if first_now else 0.0)
+
+    def due(self) -> bool:
+        if time.monotonic() - self.last < self.seconds:
+            return False
+        self.last = time.monotonic()
+        return True
+
+
 async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
-    last_optimize = time.monotonic()
-    last_purge = time.monotonic() - PURGE_EVERY  # purge once soon after start
-    last_sms_settle = time.monotonic() - SMS_SETTLE_EVERY
+    optimize = _Every(OPTIMIZE_EVERY)
+    purge = _Every(PURGE_EVERY, first_now=True)  # purge once soon after start
+    sms_settle = _Every(SMS_SETTLE_EVERY, first_now=True)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=TICK_SECONDS)
@@ -59,16 +73,11 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             pass
         try:
             await flush_activity(runtime)
-            if time.monotonic() - last_purge >= PURGE_EVERY:
-                last_purge = time.monotonic()
+            if purge.due():
                 await purge_old_activity(runtime)
-            if time.monotonic() - last_sms_settle >= SMS_SETTLE_EVERY:
-                last_sms_settle = time.monotonic()
-                if settled := await settle_interrupted_sms(runtime):
-                    log.warning("%d SMS messages were left sending by an interrupted provider call: now error",
-                                settled)
-            if time.monotonic() - last_optimize >= OPTIMIZE_EVERY:
-                last_optimize = time.monotonic()
+            if sms_settle.due() and (settled := await settle_interrupted_sms(runtime)):
+                log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)
+            if optimize.due():
                 await runtime.db.write(lambda conn: conn.execute("PRAGMA optimize"))
         except Exception as exc:  # housekeeping must never stop the loop
             log.error("ticker step failed: %s", type(exc).__name__)
