@@ -65,4 +65,4 @@ async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str
             lead, status=status, approval=approval, updated_at=now))
         return ApproveResult(lead_id=lead_id, approval=approval)
 
-    return await runtime.db.write(unit)
+    return await runtime.db.write(unit, may_refuse=True)

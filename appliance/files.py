@@ -154,7 +154,7 @@ async def upsert(runtime: Runtime, tenant_id: str, body: FileBody) -> tuple[File
         file_store.update(conn, tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(reference))
         return reference, False
 
-    return await runtime.db.write(unit)
+    return await runtime.db.write(unit, may_refuse=True)
 
 
 def get_doc(conn: apsw.Connection, tenant_id: str, lead_id: str, file_key: str) -> bytes:

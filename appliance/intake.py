@@ -107,7 +107,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
         value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
     )
-    result = await runtime.db.write(plan.commit)
+    # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
+    result = await runtime.db.write(plan.commit, may_refuse=plan.existing)
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)

@@ -279,7 +279,7 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
                                now=now, names_changed=lead is not stored)
         return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
 
-    return await runtime.db.write(unit)
+    return await runtime.db.write(unit, may_refuse=True)
 
 
 # ---- manual delivery ---------------------------------------------------------------------------
@@ -311,4 +311,4 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
                                events=events, approval=lead.approval, now=now)
         return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
 
-    return await runtime.db.write(unit)
+    return await runtime.db.write(unit, may_refuse=True)

@@ -95,7 +95,7 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
             catalog.refresh_public_docs(conn, tenant_id)
             tenants.bump_config_rev(conn, tenant_id)
 
-    runtime.db.write_sync(unit)
+    runtime.db.write_sync(unit, may_refuse=True)
     runtime.db.announce_admin_change()
 
 
@@ -147,7 +147,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         catalog.refresh_public_docs(conn, tenant_id)
         tenants.bump_config_rev(conn, tenant_id)
 
-    runtime.db.write_sync(unit)
+    runtime.db.write_sync(unit, may_refuse=True)
     runtime.db.announce_admin_change()
     return {
         "campaigns": len(bundle.campaigns), "questionnaires": len(bundle.questionnaires),

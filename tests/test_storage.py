@@ -55,6 +55,56 @@ def test_group_commit_isolates_a_failing_unit(tmp_path):
         db.close()
 
 
+@pytest.mark.parametrize("may_refuse", [False, True])
+def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_refuse):
+    """One group (the writer is held until every unit is queued): the failing unit's writes are
+    gone, every other unit's writes are there exactly once, and each caller gets its own answer.
+    A unit that may refuse fails alone; any other failure sends the group round again."""
+    db = Database(tmp_path / "g.db").open()
+    try:
+        db.write_sync(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
+        release, held = threading.Event(), threading.Event()
+        hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
+        hold.start()
+        held.wait(10)
+        runs: list[int] = []
+
+        def failing(conn):
+            conn.execute("INSERT INTO t VALUES (-1)")
+            raise ValueError("refused")
+
+        def inserting(value):
+            def unit(conn):
+                runs.append(value)
+                conn.execute("INSERT INTO t VALUES (?)", (value,))
+                return value
+            return unit
+
+        units = [inserting(0), failing, inserting(1), inserting(2)]
+        answers: dict[int, object] = {}
+
+        def call(position, unit):
+            try:
+                answers[position] = db.write_sync(unit, may_refuse=may_refuse and unit is failing)
+            except ValueError as exc:
+                answers[position] = str(exc)
+
+        callers = []
+        for position, unit in enumerate(units):  # queued in this order
+            callers.append(threading.Thread(target=call, args=(position, unit)))
+            callers[-1].start()
+            while db._queue.qsize() <= position:
+                threading.Event().wait(0.001)
+        release.set()
+        for t in (hold, *callers):
+            t.join(10)
+        assert answers == {0: 0, 1: "refused", 2: 1, 3: 2}
+        assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
+        assert sorted(runs) == ([0, 1, 2] if may_refuse else [0, 0, 1, 2])  # the first unit ran twice
+    finally:
+        db.close()
+
+
 def test_unreadable_database_is_a_clear_error(tmp_path):
     from appliance.storage.db import StorageError
 

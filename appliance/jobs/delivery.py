@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -38,19 +38,22 @@ DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker
 SECRET_FIELDS = ("auth.password", "auth.token")
 
 
-@dataclass
-class Reserved:
-    campaign: Campaign  # the campaign with room; its slots are held on the job row until the outcome
-
-
-@dataclass
+@dataclass(frozen=True)
 class Attempt:
+    """One job's lead and submission as loaded; a step that changes them makes a new Attempt
+    (write units may run again, so they never change what they were given)."""
     job: jobs.Job
     lead: LeadRecord
     submission: Submission
     settings: TenantSettings
     now: datetime
-    events: list = field(default_factory=list)
+    events: tuple = ()  # journey events of earlier steps, written with the next settle
+
+
+@dataclass(frozen=True)
+class Reserved:
+    campaign: Campaign  # the campaign with room; its slots are held on the job row until the outcome
+    attempt: Attempt  # the attempt to record, moved to `campaign` when that is another campaign
 
 
 class DeliveryWorker:
@@ -197,11 +200,12 @@ class DeliveryWorker:
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
         if checks[campaign.campaign_id] == ([], None):
-            reserved = Reserved(campaign)  # no limit applies and the window is open: nothing to take
+            reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
         else:
             reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
         if reserved is None:
             return  # queued until a window opens or a limit resets
+        attempt = reserved.attempt
         endpoint, opened = self._endpoint(attempt, reserved.campaign)
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
         if endpoint is None:
@@ -262,9 +266,9 @@ class DeliveryWorker:
                     lead_store.add_to_counter(conn, tenant_id, check.scope, check.period_start)
                 if limits:
                     jobs.hold_reservations(conn, attempt.job.job_id, [(c.scope, c.period_start) for c in limits])
-                if first_block is not None:
-                    self._move(conn, attempt, current, f"{campaign.campaign_id}: {first_block.reason}")
-                return Reserved(current)
+                if first_block is None:
+                    return Reserved(current, attempt)
+                return Reserved(current, self._moved(attempt, current, f"{campaign.campaign_id}: {first_block.reason}"))
             if first_block is None:
                 first_block = blocked
             if blocked.action == "route":
@@ -283,9 +287,11 @@ class DeliveryWorker:
                      event_kind="queued")
         return None
 
-    def _move(self, conn: apsw.Connection, attempt: Attempt, target: Campaign, reason: str) -> None:
-        attempt.events.append(event(iso(attempt.now), "rerouted_for_delivery", reason, target))
-        attempt.submission = msgspec.structs.replace(attempt.submission, campaign=snapshot(target))
+    @staticmethod
+    def _moved(attempt: Attempt, target: Campaign, reason: str) -> Attempt:
+        moved = event(iso(attempt.now), "rerouted_for_delivery", reason, target)
+        return replace(attempt, events=(*attempt.events, moved),
+                       submission=msgspec.structs.replace(attempt.submission, campaign=snapshot(target)))
 
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
                       endpoint: DeliveryEndpoint | None = None) -> None:
@@ -357,9 +363,8 @@ class DeliveryWorker:
                 changes["response_fields"] = dict(result.response_fields)
         if status is not None:
             changes.update(status=status, result=reason)
-        events = [*attempt.events, event(now, event_kind or status or "update", reason, details=details)]
-        attempt.events = []
-        changes["journey_events"] = [*submission.journey_events, *events]
+        changes["journey_events"] = [*submission.journey_events, *attempt.events,
+                                     event(now, event_kind or status or "update", reason, details=details)]
         submission = msgspec.structs.replace(submission, **changes)
         lead_store.update_submission(conn, tenant_id, submission)
         if status is None:
@@ -398,16 +403,17 @@ class DeliveryWorker:
                 # As at intake: a resubmission must not slip past an open or refused human decision.
                 status = "pending_action" if held.status == "pending" else "rejected"
                 reason = f"the lead's approval is {held.status}"
-            attempt.events.extend(evaluation.events)
-            attempt.submission = msgspec.structs.replace(
-                attempt.submission, campaign=snapshot(evaluation.campaign), qualification=evaluation.qualification,
-                routing=evaluation.routing, qualified_at=evaluation.qualification.qualified_at)
+            evaluated = replace(attempt, events=(*attempt.events, *evaluation.events),
+                                submission=msgspec.structs.replace(
+                                    attempt.submission, campaign=snapshot(evaluation.campaign),
+                                    qualification=evaluation.qualification, routing=evaluation.routing,
+                                    qualified_at=evaluation.qualification.qualified_at))
             submission = lead_store.get_submission(conn, job.tenant_id, job.submission_id)
             if submission is not None:
                 lead_store.update_submission(conn, job.tenant_id, msgspec.structs.replace(
                     submission, qualification=evaluation.qualification, routing=evaluation.routing,
                     qualified_at=evaluation.qualification.qualified_at))
-            self._settle(conn, attempt, None, status, reason, job_state="done", event_kind="evaluated")
+            self._settle(conn, evaluated, None, status, reason, job_state="done", event_kind="evaluated")
             if evaluation.approval is not None:
                 lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
                 if lead is not None:
