@@ -203,8 +203,18 @@ def _text(x: Any) -> str | None:
     return None if raw is None else raw.casefold()
 
 
+_NUMBER_START: Final = frozenset("+-.0123456789")  # what a text that reads as a number starts with
+
+
 def _key(x: Any) -> int | float | str | None:
     """Equality key: numbers for numeric values, folded text otherwise, None if incomparable."""
+    if type(x) is str:  # most facts: the same key as below, without the number parse for words
+        text = x.strip()
+        if text[:1] in _NUMBER_START:
+            number = as_number(text)
+            if number is not None:
+                return number
+        return text.casefold()
     number = as_number(x)
     return number if number is not None else _text(x)
 
@@ -297,97 +307,84 @@ def _between_bounds(x: Any, lo: tuple, hi: tuple) -> bool:
     return low is not None and high is not None and low[1] <= low[0] and high[0] <= high[1]
 
 
-FactTest = Callable[[Any, ValueSets], bool]
+Predicate = Callable[[Any], bool]
 
 
-def _never(fact: Any, value_sets: ValueSets) -> bool:
-    return False
-
-
-def _always(fact: Any, value_sets: ValueSets) -> bool:
+def _always(x: Any) -> bool:
     return True
 
 
-def _for_any(predicate: Callable[[Any], bool]) -> FactTest:
-    return lambda fact, value_sets: _any(fact, predicate)
-
-
-def _substring_test(values: Sequence[Any], test: Callable[[str, str], bool]) -> FactTest:
+def _substring_predicate(values: Sequence[Any], test: Callable[[str, str], bool]) -> Predicate | None:
     needles = [t for t in map(_text, values) if t]
     if not needles:
-        return _never
+        return None
 
     def predicate(x: Any) -> bool:
         text = _text(x)
         return text is not None and any(test(text, n) for n in needles)
 
-    return _for_any(predicate)
+    return predicate
 
 
-def _regex_test(values: Sequence[Any]) -> FactTest:
+def _regex_predicate(values: Sequence[Any]) -> Predicate | None:
     patterns = [p for p in (_regex(t) for t in map(_raw_text, values) if t is not None) if p]
     if not patterns:
-        return _never
+        return None
 
     def predicate(x: Any) -> bool:
         text = _raw_text(x)
         return text is not None and any(p.search(text) for p in patterns)
 
-    return _for_any(predicate)
+    return predicate
 
 
-def _set_test(value_set_id: str | None, values: Sequence[Any]) -> FactTest:
-    if not value_set_id:
-        if isinstance(values, (str, bytes, Mapping)):
-            return _never
-        keys = _member_keys(values)
-        return _for_any(lambda x: _key(x) in keys)
-
-    def test(fact: Any, value_sets: ValueSets) -> bool:
-        members = value_sets.get(value_set_id)
-        if isinstance(members, ValueSetKeys):  # folded when the config was loaded
-            return _any(fact, lambda x: _key(x) in members)
-        if not isinstance(members, Iterable) or isinstance(members, (str, bytes, Mapping)):
-            return False
-        keys = _member_keys(members)
-        return _any(fact, lambda x: _key(x) in keys)
-
-    return test
+def _keys_predicate(keys: frozenset[Any] | list[Any]) -> Predicate | None:
+    return (lambda x: _key(x) in keys) if keys else None
 
 
-def _positive_test(op: str, cond: Condition, values: Sequence[Any]) -> FactTest:
-    """The positive form of `op`, its operands read once, as a test of a present fact."""
+def _positive_predicate(op: str, values: Sequence[Any]) -> Predicate | None:
+    """The positive form of `op` for one present value, its operands read once; None: it never
+    holds. (`in_value_set` naming a set is not decided here: the set is read per evaluation.)"""
     if op == "equals":
-        keys = frozenset(k for k in map(_key, values) if k is not None)
-        return _for_any(lambda x: _key(x) in keys) if keys else _never
+        return _keys_predicate(frozenset(k for k in map(_key, values) if k is not None))
     if op == "contains":
-        return _substring_test(values, lambda text, needle: needle in text)
+        return _substring_predicate(values, lambda text, needle: needle in text)
     if op == "starts_with":
-        return _substring_test(values, str.startswith)
+        return _substring_predicate(values, str.startswith)
     if op == "ends_with":
-        return _substring_test(values, str.endswith)
+        return _substring_predicate(values, str.endswith)
     if op in _ORDERING:
         if not values:
-            return _never
+            return None
         compare, bound = _ORDERING[op], _bound(values[0])
 
-        def predicate(x: Any) -> bool:
+        def ordered(x: Any) -> bool:
             pair = _pair(x, bound)
             return pair is not None and compare(*pair)
 
-        return _for_any(predicate)
+        return ordered
     if op == "between":
         if len(values) < 2:
-            return _never
+            return None
         lo, hi = _bound(values[0]), _bound(values[1])
-        return _for_any(lambda x: _between_bounds(x, lo, hi))
+        return lambda x: _between_bounds(x, lo, hi)
     if op == "exists":
         return _always
-    if op == "in_value_set":
-        return _set_test(cond.value_set_id, values)
+    if op == "in_value_set":  # no set named: `value` is the set
+        return _keys_predicate(_member_keys(values))
     if op == "matches":
-        return _regex_test(values)
-    return _never
+        return _regex_predicate(values)
+    return None
+
+
+def _set_members(value_set_id: str, value_sets: ValueSets) -> frozenset[Any] | list[Any] | None:
+    """The named set's comparison keys; None when there is no usable set of that name."""
+    members = value_sets.get(value_set_id)
+    if isinstance(members, ValueSetKeys):  # folded when the config was loaded
+        return members
+    if not isinstance(members, Iterable) or isinstance(members, (str, bytes, Mapping)):
+        return None
+    return _member_keys(members)
 
 
 def _age_fact(cond: Condition, facts: Mapping[str, Any], today: date) -> Any:
@@ -423,15 +420,23 @@ def _fact_reader(path: str | None) -> Callable[[Mapping[str, Any], date], Any]:
     return walk
 
 
+def _never_holds(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+    return False
+
+
+def _always_holds(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+    return True
+
+
 def _compile(cond: Condition) -> Check:
     op = cond.operator
     values = tuple(cond.value or ())
     if op == "age_between":
         if len(values) < 2:
-            return lambda facts, today, value_sets: False
+            return _never_holds
         lo, hi = _bound(as_number(values[0])), _bound(as_number(values[1]))
         if lo[0] is None or hi[0] is None:
-            return lambda facts, today, value_sets: False
+            return _never_holds
 
         def age_between(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
             age = _age_fact(cond, facts, today)
@@ -440,17 +445,37 @@ def _compile(cond: Condition) -> Check:
         return age_between
     read = _fact_reader(cond.field)
     negated = op in _NEGATED
-    test = _positive_test(op[4:] if negated else op, cond, values)
-    # not_in_value_set naming a set that does not exist is false, not "not in it".
-    required_set = cond.value_set_id if op == "not_in_value_set" else None
+    positive = op[4:] if negated else op
+    # One closure per shape, the list case written out: this runs for every condition of every
+    # rule on every submit, and each call level saved is measurable there.
+    if positive == "in_value_set" and cond.value_set_id:
+        value_set_id = cond.value_set_id
+
+        def in_named_set(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
+            fact = read(facts, today)
+            if fact is MISSING:
+                return negated
+            keys = _set_members(value_set_id, value_sets)
+            if keys is None:
+                # An unknown set makes both operators false; a set that is not a list of values
+                # holds nothing (so not_in_value_set is true).
+                return negated and value_set_id in value_sets
+            if isinstance(fact, list):
+                return any(_key(item) in keys for item in fact) != negated
+            return (_key(fact) in keys) != negated
+
+        return in_named_set
+    predicate = _positive_predicate(positive, values)
+    if predicate is None:  # nothing can hold it, so its negation always holds, missing or not
+        return _always_holds if negated else _never_holds
 
     def check(facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
         fact = read(facts, today)
         if fact is MISSING:
             return negated
-        if required_set and required_set not in value_sets:
-            return False
-        return test(fact, value_sets) != negated
+        if isinstance(fact, list):
+            return any(predicate(item) for item in fact) != negated
+        return predicate(fact) != negated
 
     return check
 
@@ -535,48 +560,53 @@ def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any],
 
 
 class _PlainRules(NamedTuple):
-    """Sub-rules without prompt conditions, compiled: (is OR, checks) per sub-rule."""
     sub_rules: Sequence[SubRule]
     logical_operator: str
-    is_or: bool
-    subs: tuple[tuple[bool, tuple[Check, ...]], ...] | None
+    match: Check | None  # None for rules with prompt conditions (they take the general path)
 
 
 # Rule sets and routing rules are checked on every submit and most do not match; without prompt
-# conditions nothing can be skipped, so whether they match is plain AND/OR over compiled checks.
-# Keyed by the identity of the sub-rule list (kept alive by the entry, checked on use). This
-# relies on what the rest of the service does: configuration objects are never changed in place
-# (an import makes new ones under a new config revision), so a list's sub-rules stay its own.
-# `subs` is None for rules with prompt conditions (they take the general path).
+# conditions nothing can be skipped, so whether they match is plain AND/OR over compiled checks,
+# built once into one callable. Keyed by the identity of the sub-rule list (kept alive by the
+# entry, checked on use). This relies on what the rest of the service does: configuration
+# objects are never changed in place (an import makes new ones under a new config revision), so
+# a list's sub-rules stay its own.
 _PLAIN: dict[int, _PlainRules] = {}
 
 
-def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> _PlainRules | None:
+def _all_of(checks: tuple[Check, ...]) -> Check:
+    if len(checks) == 1:
+        return checks[0]
+    return lambda facts, today, value_sets: all(check(facts, today, value_sets) for check in checks)
+
+
+def _any_of(checks: tuple[Check, ...]) -> Check:
+    if len(checks) == 1:
+        return checks[0]
+    return lambda facts, today, value_sets: any(check(facts, today, value_sets) for check in checks)
+
+
+def _plain_matcher(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check:
+    """`matches` for prompt-free rules: an empty sub-rule is false, no sub-rules match nothing."""
+    subs = tuple(
+        (_any_of if _is_or(sub.logical_operator) else _all_of)(tuple(_check_of(c) for c in sub.conditions))
+        if sub.conditions else _never_holds
+        for sub in sub_rules)
+    if not subs:
+        return _never_holds
+    return _any_of(subs) if _is_or(logical_operator) else _all_of(subs)
+
+
+def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check | None:
     entry = _PLAIN.get(id(sub_rules))
     if entry is None or entry.sub_rules is not sub_rules or entry.logical_operator is not logical_operator:
-        subs = None if any(cond.prompt for sub in sub_rules for cond in sub.conditions) else tuple(
-            (_is_or(sub.logical_operator), tuple(_check_of(cond) for cond in sub.conditions)) for sub in sub_rules)
-        entry = _PlainRules(sub_rules, logical_operator, _is_or(logical_operator), subs)
+        prompted = any(cond.prompt for sub in sub_rules for cond in sub.conditions)
+        entry = _PlainRules(sub_rules, logical_operator,
+                            None if prompted else _plain_matcher(logical_operator, sub_rules))
         if len(_PLAIN) >= _COMPILED_MAX:
             _PLAIN.clear()
         _PLAIN[id(sub_rules)] = entry
-    return entry if entry.subs is not None else None
-
-
-def _plain_match(rules: _PlainRules, facts: Mapping[str, Any], today: date, value_sets: ValueSets) -> bool:
-    """`matches` for prompt-free rules: an empty sub-rule is false, no sub-rules match nothing."""
-    if not rules.subs:
-        return False
-    for is_or, checks in rules.subs:
-        if not checks:
-            held = False
-        elif is_or:
-            held = any(check(facts, today, value_sets) for check in checks)
-        else:
-            held = all(check(facts, today, value_sets) for check in checks)
-        if held == rules.is_or:
-            return held
-    return not rules.is_or
+    return entry.match
 
 
 def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[str, Any], *,
@@ -586,7 +616,7 @@ def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[
     shape of a rule set); the same skipping rules apply, with no severities."""
     plain = _plain_rules(logical_operator, sub_rules)
     if plain is not None:
-        return _plain_match(plain, facts, today, value_sets)
+        return plain(facts, today, value_sets)
     return bool(_combine(_is_or(logical_operator),
                          (_sub_rule_matches(s, facts, value_sets, today, prompt_evaluator)
                           for s in sub_rules)))
@@ -614,7 +644,7 @@ def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any],
               value_sets: ValueSets, today: date,
               prompt_evaluator: PromptEvaluator | None) -> RuleSetResult:
     plain = _plain_rules(rule_set.logical_operator, rule_set.sub_rules)
-    if plain is not None and not _plain_match(plain, facts, today, value_sets):
+    if plain is not None and not plain(facts, today, value_sets):
         return RuleSetResult(name=name, matched=False)  # the usual case: no reasons to collect
     skipped: list[str] = []
     sub_outcomes: list[bool | None] = []
