@@ -306,7 +306,7 @@ async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkU
             lead_store.update_lead(conn, tenant_id, updated)
         return BulkUpdateResult(modified_count=len(found))
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.db.write(unit)
 
 
 def _follow_status(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, status: str, key_id: str,

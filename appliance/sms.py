@@ -207,7 +207,7 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
         store.count_message(conn, conversation.interaction_id, now)
         return conversation.interaction_id
 
-    interaction_id = await runtime.db.write(open_unit)
+    interaction_id = await runtime.db.write(open_unit, may_refuse=True)
     result = await _deliver(runtime, registry, plan, body.message)
     status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
     reason = None if result.accepted else scrub(result.reason or "the provider did not accept the message",

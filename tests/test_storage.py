@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import apsw
@@ -101,6 +102,78 @@ def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_
         assert answers == {0: 0, 1: "refused", 2: 1, 3: 2}
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
         assert sorted(runs) == ([0, 1, 2] if may_refuse else [0, 0, 1, 2])  # the first unit ran twice
+    finally:
+        db.close()
+
+
+def test_a_large_group_the_database_rolls_back_unit_after_unit_answers_every_caller(tmp_path):
+    """A full disk rolls the transaction back inside each unit, so the group goes round again
+    for every unit: each of 500 callers still gets its error, none waits forever, and the
+    writer lives on."""
+    db = Database(tmp_path / "full.db").open()
+    try:
+        db.write_sync(lambda c: c.execute("CREATE TABLE t (v BLOB)"))
+        release, held = threading.Event(), threading.Event()
+
+        def hold_then_fill_the_disk(conn):
+            held.set()
+            release.wait(10)
+            conn.execute("PRAGMA max_page_count=1")  # no room: every insert below fails with SQLITE_FULL
+
+        hold = threading.Thread(target=db.write_sync, args=(hold_then_fill_the_disk,))
+        hold.start()
+        held.wait(10)
+
+        async def many(count):
+            writes = [asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO t VALUES (?)", (b"x" * 5000,))))
+                      for _ in range(count)]
+            while db._queue.qsize() < count:
+                await asyncio.sleep(0.001)
+            release.set()
+            return await asyncio.wait_for(asyncio.gather(*writes, return_exceptions=True), 30)
+
+        answers = asyncio.run(many(500))
+        hold.join(10)
+        assert len(answers) == 500 and all(isinstance(a, apsw.FullError) for a in answers)
+        db.write_sync(lambda c: c.execute("PRAGMA max_page_count=1073741823"))
+        db.write_sync(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+        assert db.rows("SELECT count(*) FROM t") == [(1,)]
+    finally:
+        db.close()
+
+
+def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
+    """A deferred foreign key left broken makes COMMIT fail: the group goes round unit by unit,
+    the commit fails again, and every caller hears so; nothing of the group is kept."""
+    db = Database(tmp_path / "c.db").open()
+    try:
+        db.write_sync(lambda c: c.execute(
+            "CREATE TABLE p (id INTEGER PRIMARY KEY);"
+            " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)"))
+        release, held = threading.Event(), threading.Event()
+        hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
+        hold.start()
+        held.wait(10)
+        answers: list = []
+
+        def call(unit):
+            try:
+                answers.append(db.write_sync(unit))
+            except Exception as exc:  # noqa: BLE001 - the answer is what the test looks at
+                answers.append(exc)
+
+        units = [lambda c: c.execute("INSERT INTO p VALUES (1)"), lambda c: c.execute("INSERT INTO k VALUES (7)")]
+        callers = []
+        for position, unit in enumerate(units):
+            callers.append(threading.Thread(target=call, args=(unit,)))
+            callers[-1].start()
+            while db._queue.qsize() <= position:
+                threading.Event().wait(0.001)
+        release.set()
+        for t in (hold, *callers):
+            t.join(10)
+        assert len(answers) == 2 and all("commit failed" in str(a) for a in answers)
+        assert db.rows("SELECT count(*) FROM p") == [(0,)]
     finally:
         db.close()
 

@@ -157,18 +157,19 @@ class Database:
 
     @classmethod
     def _commit_batch(cls, conn: apsw.Connection, batch: list) -> None:
-        try:
-            if not cls._run_together(conn, batch):
-                cls._run_batch(conn, batch)
-        except BaseException as exc:  # a bug here must fail this group, never kill the writer thread
-            if not conn.getautocommit():
-                conn.execute("ROLLBACK")
-            _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}")) for _, done, _ in batch])
+        while batch:  # a loop, not recursion: a group rolled back by the database may go round many times
+            try:
+                batch = [] if cls._run_together(conn, batch) else cls._run_batch(conn, batch)
+            except BaseException as exc:  # a bug here must fail this group, never kill the writer thread
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}")) for _, done, _ in batch])
+                return
 
     @staticmethod
     def _run_together(conn: apsw.Connection, batch: list) -> bool:
         """The usual case: every unit succeeds, so the group runs without a savepoint per unit (a
-        savepoint copies every page its unit changes: about a quarter of a submit's write cost);
+        savepoint copies every page its unit changes: about a third of a submit's write cost);
         only units that may refuse get one. When another unit raises (or the commit fails),
         nothing of the group is kept and False sends it to `_run_batch`, which runs it again unit
         by unit; that second run is why a unit must not act outside `conn`. True: every caller
@@ -189,10 +190,10 @@ class Database:
                     break
                 conn.execute("ROLLBACK TO unit")
                 outcomes.append((done, None, exc))
-            if may_refuse:
-                conn.execute("RELEASE unit")
             if conn.getautocommit():  # the database rolled back by itself: nothing of the group is left
                 break
+            if may_refuse:
+                conn.execute("RELEASE unit")
         else:
             try:
                 conn.execute("COMMIT")
@@ -205,14 +206,16 @@ class Database:
             conn.execute("ROLLBACK")
         return False
 
-    @classmethod
-    def _run_batch(cls, conn: apsw.Connection, batch: list) -> None:
+    @staticmethod
+    def _run_batch(conn: apsw.Connection, batch: list) -> list:
+        """The group unit by unit, each under a savepoint. Returns the units still to run: those
+        after one during which the database rolled the whole transaction back."""
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
         try:
             conn.execute("BEGIN IMMEDIATE")
         except apsw.Error as exc:
             _resolve([(done, None, StorageError(f"cannot start a write transaction: {exc}")) for _, done, _ in batch])
-            return
+            return []
         for position, (fn, done, _) in enumerate(batch):
             # A savepoint per unit: one failing request rolls back alone, the rest still commit.
             conn.execute("SAVEPOINT unit")
@@ -224,9 +227,7 @@ class Database:
                     # the units before this one are gone too; the ones after get a new group.
                     lost = StorageError("the write transaction was rolled back by the database")
                     _resolve([(d, None, lost) for d, _, _ in outcomes] + [(done, None, exc)])
-                    if position + 1 < len(batch):
-                        cls._commit_batch(conn, batch[position + 1:])
-                    return
+                    return batch[position + 1:]
                 conn.execute("ROLLBACK TO unit")
                 conn.execute("RELEASE unit")
                 outcomes.append((done, None, exc))
@@ -241,6 +242,7 @@ class Database:
             failure = StorageError(f"commit failed: {exc}")
             outcomes = [(done, None, error or failure) for done, _, error in outcomes]
         _resolve(outcomes)
+        return []
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -281,11 +283,14 @@ class Database:
 
 def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
     """Hand results back: one wake-up per event loop for the whole batch (each wake-up is a
-    system call and a GIL hand-over), plain futures for threads without a loop."""
+    system call and a GIL hand-over), plain futures for threads without a loop. A future that
+    already has its answer (a group that failed after some were given) keeps it."""
     by_loop: dict[asyncio.AbstractEventLoop, list] = {}
     for future, result, error in outcomes:
         if isinstance(future, asyncio.Future):
             by_loop.setdefault(future.get_loop(), []).append((future, result, error))
+        elif future.done():
+            continue
         elif error is None:
             future.set_result(result)
         else:
@@ -293,13 +298,15 @@ def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
     for loop, settled in by_loop.items():
         try:
             loop.call_soon_threadsafe(_settle_all, settled)
-        except RuntimeError:  # that loop has closed: nobody waits for these results any more
-            pass
+        except RuntimeError:
+            if not loop.is_closed():
+                raise
+            # that loop has closed: nobody waits for these results any more
 
 
 def _settle_all(settled: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
     for future, result, error in settled:
-        if future.cancelled():
+        if future.done():  # cancelled by its caller, or answered before its group failed
             continue
         if error is None:
             future.set_result(result)
