@@ -56,6 +56,24 @@ def test_group_commit_isolates_a_failing_unit(tmp_path):
         db.close()
 
 
+def _as_one_group(db, calls):
+    """Run each of `calls` (it writes through db) on a thread of its own, queued in this order
+    while the writer is held, so that their units form one group."""
+    release, held = threading.Event(), threading.Event()
+    hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
+    hold.start()
+    held.wait(10)
+    threads = []
+    for position, call in enumerate(calls):
+        threads.append(threading.Thread(target=call))
+        threads[-1].start()
+        while db._queue.qsize() <= position:
+            threading.Event().wait(0.001)
+    release.set()
+    for t in (hold, *threads):
+        t.join(10)
+
+
 @pytest.mark.parametrize("may_refuse", [False, True])
 def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_refuse):
     """One group (the writer is held until every unit is queued): the failing unit's writes are
@@ -64,10 +82,6 @@ def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_
     db = Database(tmp_path / "g.db").open()
     try:
         db.write_sync(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
-        release, held = threading.Event(), threading.Event()
-        hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
-        hold.start()
-        held.wait(10)
         runs: list[int] = []
 
         def failing(conn):
@@ -90,15 +104,7 @@ def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_
             except ValueError as exc:
                 answers[position] = str(exc)
 
-        callers = []
-        for position, unit in enumerate(units):  # queued in this order
-            callers.append(threading.Thread(target=call, args=(position, unit)))
-            callers[-1].start()
-            while db._queue.qsize() <= position:
-                threading.Event().wait(0.001)
-        release.set()
-        for t in (hold, *callers):
-            t.join(10)
+        _as_one_group(db, [lambda p=p, u=u: call(p, u) for p, u in enumerate(units)])
         assert answers == {0: 0, 1: "refused", 2: 1, 3: 2}
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
         assert sorted(runs) == ([0, 1, 2] if may_refuse else [0, 0, 1, 2])  # the first unit ran twice
@@ -150,10 +156,6 @@ def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
         db.write_sync(lambda c: c.execute(
             "CREATE TABLE p (id INTEGER PRIMARY KEY);"
             " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)"))
-        release, held = threading.Event(), threading.Event()
-        hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
-        hold.start()
-        held.wait(10)
         answers: list = []
 
         def call(unit):
@@ -163,15 +165,7 @@ def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
                 answers.append(exc)
 
         units = [lambda c: c.execute("INSERT INTO p VALUES (1)"), lambda c: c.execute("INSERT INTO k VALUES (7)")]
-        callers = []
-        for position, unit in enumerate(units):
-            callers.append(threading.Thread(target=call, args=(unit,)))
-            callers[-1].start()
-            while db._queue.qsize() <= position:
-                threading.Event().wait(0.001)
-        release.set()
-        for t in (hold, *callers):
-            t.join(10)
+        _as_one_group(db, [lambda u=u: call(u) for u in units])
         assert len(answers) == 2 and all("commit failed" in str(a) for a in answers)
         assert db.rows("SELECT count(*) FROM p") == [(0,)]
     finally:
