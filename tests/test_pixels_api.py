@@ -39,8 +39,8 @@ def config_file(tmp_path: Path, fake: BuyerServer) -> Path:
     path = tmp_path / "appliance.toml"
     path.write_text(
         f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
-        f'[plugins]\ndirs = []\n[plugins.meta_capi]\ntimeout_seconds = 0.3\n'
-        f'[plugins.tiktok_events]\ntimeout_seconds = 0.3\n'
+        f'[plugins]\ndirs = []\n[plugins.meta_capi]\ntimeout_seconds = 1.5\n'
+        f'[plugins.tiktok_events]\ntimeout_seconds = 1.5\n'
         f'[pixels.social]\nbase_url = "{fake.url("")}"\napi_version = "v99.0"\n'
         f'[pixels.video]\nbase_url = "{fake.url("")}"\n')
     return path
@@ -201,7 +201,7 @@ def test_meta_refusal_is_200_with_the_platforms_reason(client, shop, fake):
 
 @pytest.mark.parametrize("reply, reason", [
     (Reply(status=500, body="oops"), "meta answered HTTP 500: oops"),
-    (Reply(status=200, delay=2, body={"events_received": 1}), "meta did not answer within 0.3 s"),
+    (Reply(status=200, delay=2, body={"events_received": 1}), "meta did not answer within 1.5 s"),
     (Reply(close=True), "meta closed the connection without a complete answer"),
     (Reply(status=200, body={"events_received": 0}), "meta answered HTTP 200: {\"events_received\": 0}"),
     (Reply(status=400, body={"error": {"message": f"bad token {META_TOKEN}"}}),

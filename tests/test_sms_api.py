@@ -47,7 +47,7 @@ def fake() -> Iterator[BuyerServer]:
 
 def config_text(tmp_path: Path, base: str, extra: str = "") -> str:
     return (f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
-            f'[plugins]\ndirs = []\n[plugins.twilio]\ntimeout_seconds = 0.3\n[plugins.telnyx]\ntimeout_seconds = 0.3\n'
+            f'[plugins]\ndirs = []\n[plugins.twilio]\ntimeout_seconds = 1.5\n[plugins.telnyx]\ntimeout_seconds = 1.5\n'
             f'[sms.twilio]\nbase_url = "{base}"\naccount_sid = "ACINSTALL"\nauth_token = "install-token-000"\n'
             f'[sms.telnyx]\nbase_url = "{base}"\napi_key = "install-telnyx-key"\n{extra}')
 
@@ -336,7 +336,7 @@ def test_provider_timeout(client, tenant, fake, runtime):
     fake.route(TWILIO_PATH.format(sid="AC123"), delay=2, status=201, body={"sid": "late"})
     status, reason = stored_status(runtime, tenant, send(client, tenant, {"leadId": submit(client, tenant),
                                                                           "message": "x"}))
-    assert status == "error" and reason == "twilio did not answer within 0.3 s"
+    assert status == "error" and reason == "twilio did not answer within 1.5 s"
 
 
 def test_provider_echoing_a_secret_is_masked(client, tenant, fake, runtime):
