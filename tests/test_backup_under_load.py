@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -26,7 +25,8 @@ from appliance.config import load_config
 from appliance.runtime import open_runtime
 from tests.bundles import standard_bundle
 from tests.buyer_server import wait_until
-from tests.test_limits import free_port, person, write_config
+from tests.processes import free_port, stop_process
+from tests.test_limits import person, write_config
 
 SUBMIT = "/api/v1/leads/submit"
 CLIENTS = 6
@@ -116,12 +116,7 @@ def test_backup_during_submits_restores_every_acknowledged_lead(tmp_path):
         during = [lead for at, lead in load.acked if began <= at <= ended]
         assert during, "no submit was acknowledged while the backup ran: the test proves nothing"
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_process(server)
         log.close()
 
     with sqlite3.connect(f"file:{backup_file}?mode=ro", uri=True) as conn:

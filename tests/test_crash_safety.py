@@ -38,6 +38,7 @@ import apsw
 import httpx
 
 from tests.conftest import Cli
+from tests.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 24
@@ -60,12 +61,6 @@ class Acked:
 
 # ---- processes ---------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _wait_for_port(port: int, proc: subprocess.Popen, log: Path | None = None, timeout: float = START_TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,22 +75,11 @@ def _wait_for_port(port: int, proc: subprocess.Popen, log: Path | None = None, t
     raise AssertionError(f"nothing listening on port {port} after {timeout} s")
 
 
-def _stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
-    if proc.poll() is not None:
-        return
-    proc.send_signal(sig)
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(5)
-
-
 class Server:
     """`python -m appliance --config CFG serve` as a subprocess; a fresh port per start."""
 
     def __init__(self, config: Path, log: Path, procs: list[subprocess.Popen]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.log = log
         with log.open("ab") as out:
             self.proc = subprocess.Popen(
@@ -234,7 +218,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
     db_file = data / "appliance.db"
     config = tmp_path / "appliance.toml"
     procs: list[subprocess.Popen] = []
-    buyer_port = _free_port()
+    buyer_port = free_port()
     buyer_log = tmp_path / "buyer.log"
     try:
         with buyer_log.open("wb") as out:
@@ -338,7 +322,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
                   f"duplicates so far {len(duplicates)} ({sum(duplicates.values()) - len(duplicates)} extra sends)")
 
         assert all(a.status in ("qualified", "disqualified") for a in all_acked), Counter(a.status for a in all_acked)
-        _stop(server.proc)  # graceful: uvicorn re-raises SIGTERM after its shutdown, hence -15
+        stop_process(server.proc, timeout=10.0)  # graceful: uvicorn re-raises SIGTERM after its shutdown, hence -15
         assert server.proc.returncode in (0, -signal.SIGTERM), server_log.read_text(errors="replace")[-2000:]
         final = _db_check(db_file)
         assert set(final) <= {"done"}, final

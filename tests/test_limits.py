@@ -24,15 +24,10 @@ from appliance.config import load_config
 from appliance.runtime import Runtime, open_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
+from tests.processes import free_port
 
 MIB = 1024 * 1024
 SUBMIT = "/api/v1/leads/submit"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @contextlib.contextmanager

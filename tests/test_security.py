@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import secrets as pysecrets
-import signal
 import subprocess
 import sys
 
@@ -29,7 +28,8 @@ from appliance.storage import tenants as tenant_store
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
-from tests.test_limits import free_port, live_server, person, write_config
+from tests.processes import free_port, stop_process
+from tests.test_limits import live_server, person, write_config
 
 SUBMIT = "/api/v1/leads/submit"
 
@@ -387,12 +387,7 @@ def test_no_key_token_or_ciphertext_in_responses_or_logs(tmp_path):
                      headers={**key, "Content-Type": "application/json"})
                 call("GET", "/schema/openapi.json", headers={})
         finally:
-            server.send_signal(signal.SIGTERM)
-            try:
-                server.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop_process(server)
 
     log_text = log_file.read_text()
     assert "DEBUG" in log_text  # the capture really was at DEBUG
