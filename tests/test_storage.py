@@ -179,3 +179,127 @@ def test_unreadable_database_is_a_clear_error(tmp_path):
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StorageError, match="cannot open database"):
         Database(bad).open()
+
+
+# ---- groups run on the event loop (the units of coroutines), committed by the writer thread ----
+
+def _table(tmp_path, name="loop.db", sql="CREATE TABLE t (v INTEGER)"):
+    db = Database(tmp_path / name).open()
+    db.write_sync(lambda c: c.execute(sql))
+    return db
+
+
+def _inserting(value, runs):
+    def unit(conn):
+        runs.append(value)
+        conn.execute("INSERT INTO t VALUES (?)", (value,))
+        return value
+    return unit
+
+
+def _failing(conn):
+    conn.execute("INSERT INTO t VALUES (-1)")
+    raise ValueError("refused")
+
+
+@pytest.mark.parametrize("may_refuse", [False, True])
+def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, may_refuse):
+    """Writes awaited together on one loop form one group run on the loop. A unit that may refuse
+    fails alone; any other failure sends the group to the writer thread, unit by unit."""
+    db = _table(tmp_path)
+    try:
+        runs: list[int] = []
+        units = [_inserting(0, runs), _failing, _inserting(1, runs), _inserting(2, runs)]
+
+        async def together():
+            return await asyncio.gather(*(db.write(u, may_refuse=may_refuse and u is _failing) for u in units),
+                                        return_exceptions=True)
+
+        answers = asyncio.run(together())
+        assert answers[0] == 0 and answers[2:] == [1, 2]
+        assert isinstance(answers[1], ValueError) and str(answers[1]) == "refused"
+        assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
+        if may_refuse:
+            assert sorted(runs) == [0, 1, 2]
+        else:  # the units before the failing one ran more than once; each was kept once
+            assert set(runs) == {0, 1, 2} and runs.count(0) > 1
+    finally:
+        db.close()
+
+
+def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
+    db = _table(tmp_path, sql="CREATE TABLE p (id INTEGER PRIMARY KEY);"
+                              " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+    try:
+        async def together():
+            return await asyncio.gather(db.write(lambda c: c.execute("INSERT INTO p VALUES (1)")),
+                                        db.write(lambda c: c.execute("INSERT INTO k VALUES (7)")),
+                                        return_exceptions=True)
+
+        answers = asyncio.run(together())
+        assert len(answers) == 2 and all("commit failed" in str(a) for a in answers)
+        assert db.rows("SELECT count(*) FROM p") == [(0,)]
+        assert db.write_sync(lambda c: c.execute("INSERT INTO p VALUES (2)") and 2) == 2  # the writer lives on
+    finally:
+        db.close()
+
+
+def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path):
+    """A thread's write holds the write connection: the loop's units go to the writer thread
+    and are committed after it, each once."""
+    db = _table(tmp_path)
+    try:
+        release, held = threading.Event(), threading.Event()
+        hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
+        hold.start()
+        held.wait(10)
+        runs: list[int] = []
+
+        async def while_held():
+            writes = [asyncio.ensure_future(db.write(_inserting(v, runs))) for v in range(5)]
+            await asyncio.sleep(0.05)
+            assert not any(w.done() for w in writes)
+            release.set()
+            return await asyncio.wait_for(asyncio.gather(*writes), 10)
+
+        assert asyncio.run(while_held()) == [0, 1, 2, 3, 4]
+        hold.join(10)
+        assert sorted(runs) == [0, 1, 2, 3, 4]
+        assert db.rows("SELECT count(*) FROM t") == [(5,)]
+    finally:
+        db.close()
+
+
+def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_path):
+    """Another connection (another process: the CLI) holds the database's write lock: the loop
+    keeps running, and the write lands once the lock is free."""
+    db = _table(tmp_path)
+    try:
+        other = apsw.Connection(str(tmp_path / "loop.db"))
+        other.execute("BEGIN IMMEDIATE")
+
+        async def while_locked():
+            write = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)") and 1))
+            ticks, started = 0, asyncio.get_running_loop().time()
+            while asyncio.get_running_loop().time() - started < 0.3:
+                await asyncio.sleep(0.01)
+                ticks += 1
+            assert not write.done()
+            other.execute("COMMIT")
+            return ticks, await asyncio.wait_for(write, 10)
+
+        ticks, answer = asyncio.run(while_locked())
+        assert ticks >= 10 and answer == 1  # a blocked loop would have ticked once or twice
+        assert db.rows("SELECT count(*) FROM t") == [(1,)]
+        other.close()
+    finally:
+        db.close()
+
+
+def test_a_write_after_close_is_a_storage_error(tmp_path):
+    from appliance.storage.db import StorageError
+
+    db = _table(tmp_path)
+    db.close()
+    with pytest.raises(StorageError, match="closed"):
+        asyncio.run(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")))

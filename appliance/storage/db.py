@@ -1,8 +1,15 @@
-"""SQLite in WAL mode: one writer thread owns the only write connection and commits whatever is
-queued in one transaction (group commit); reads use per-thread connections.
+"""SQLite in WAL mode with one write connection and group commit; reads use per-thread
+connections.
+
+- Coroutines' write units run on their event loop's thread, all units of one loop turn (plus
+  those queued while the previous group was committing) in one transaction; the writer thread
+  then COMMITs it, so the WAL write and its fsync never stall the loop.
+- Threads' units (CLI, tests) and any group the loop could not run (a unit that raised, another
+  process holding the write lock) go to the writer thread, which runs and commits them.
 
 Measured on this machine class (DESIGN.md): group commit keeps `synchronous=FULL` affordable,
-while one commit per request does not."""
+while one commit per request does not. Units ran on the writer thread until the submit benchmark
+showed the two threads trading the GIL at every statement (bench/README.md)."""
 
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import apsw
 
@@ -36,6 +43,7 @@ _MAX_BATCH = 512
 # leads/s (bench.delivery, p50).
 _LINGER_SECONDS = 0.002
 _BUSY_GROUP = 4
+_BUSY_TIMEOUT_MS = 10_000  # how long the writer thread waits for another process's write lock
 _STOP = object()
 
 
@@ -44,7 +52,7 @@ class StorageError(Exception):
 
 
 def _configure(conn: apsw.Connection, synchronous: str) -> None:
-    conn.setbusytimeout(10_000)
+    conn.setbusytimeout(_BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA foreign_keys=ON")
@@ -62,6 +70,10 @@ class Database:
         self._readers_lock = threading.Lock()
         self._writer: threading.Thread | None = None
         self._write_conn: apsw.Connection | None = None
+        # Whoever runs SQL on the write connection holds this: the writer thread for its own
+        # groups, or an event loop for a group it runs itself until the writer has committed it.
+        self._write_owner = threading.Lock()
+        self._loop_writes: _LoopWrites | None = None
         self.changes: ChangeSignal | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
@@ -121,8 +133,20 @@ class Database:
         `may_refuse`: fn raises for ordinary reasons (not found, a conflict, a bad value), so it
         runs under a savepoint of its own and its refusal leaves the rest of the group as it is.
         Without it, a unit that raises sends its whole group round again (see `_run_together`)."""
-        future = asyncio.get_running_loop().create_future()
-        self._queue.put((fn, future, may_refuse))
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        pending = self._loop_writes
+        if pending is None or pending.loop is not loop:
+            if pending is not None and (pending.units or pending.committing):
+                # Another loop's group is under way (tests run one loop after another): this
+                # unit takes the writer thread's path.
+                self._queue.put((fn, future, may_refuse))
+                return await future
+            pending = self._loop_writes = _LoopWrites(loop)
+        pending.units.append((fn, future, may_refuse))
+        if not pending.scheduled and not pending.committing:
+            pending.scheduled = True
+            loop.call_soon(self._run_on_loop, pending)
         return await future
 
     def write_sync(self, fn: WriteFn[T], *, may_refuse: bool = False) -> T:
@@ -140,6 +164,9 @@ class Database:
             item = self._queue.get()
             if item is _STOP:
                 break
+            if type(item) is _LoopGroup:
+                self._commit_loop_group(conn, item)
+                continue
             batch = [item]
             deadline = time.monotonic() + _LINGER_SECONDS if busy else 0.0
             while len(batch) < _MAX_BATCH:
@@ -153,32 +180,53 @@ class Database:
                     break
                 batch.append(item)
             busy = len(batch) >= _BUSY_GROUP
-            self._commit_batch(conn, batch)
+            with self._write_owner:
+                conn.setbusytimeout(_BUSY_TIMEOUT_MS)
+                self._commit_batch(conn, batch)
 
-    @classmethod
-    def _commit_batch(cls, conn: apsw.Connection, batch: list) -> None:
-        while batch:  # a loop, not recursion: a group rolled back by the database may go round many times
-            try:
-                batch = [] if cls._run_together(conn, batch) else cls._run_batch(conn, batch)
-            except BaseException as exc:  # a bug here must fail this group, never kill the writer thread
-                if not conn.getautocommit():
-                    conn.execute("ROLLBACK")
-                _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}")) for _, done, _ in batch])
-                return
+    # ---- groups run on the event loop ------------------------------------------------------
+    # Units queued by coroutines run on their event loop's thread, and only the COMMIT (the WAL
+    # write and its fsync) on the writer thread. Running them on the writer thread made the two
+    # threads trade the GIL at every SQL statement on one busy core (bench/README.md).
+
+    def _run_on_loop(self, pending: "_LoopWrites") -> None:
+        pending.scheduled = False
+        if pending.committing or not pending.units:
+            return
+        batch, pending.units = pending.units, []
+        conn = self._write_conn
+        if conn is None or self._writer is None:
+            _settle_all([(done, None, StorageError("the database is closed")) for _, done, _ in batch])
+            return
+        if not self._write_owner.acquire(blocking=False):
+            for item in batch:  # a thread's write holds the connection: the writer thread's path
+                self._queue.put(item)
+            return
+        try:
+            # Never wait for another process's write lock on the event loop: the writer thread does.
+            conn.setbusytimeout(0)
+            outcomes = self._run_units(conn, batch)
+        except BaseException:  # noqa: BLE001 - the writer thread runs the group again and reports
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            outcomes = None
+        if outcomes is None:  # the writer thread runs the group again, and reports the failure if it recurs
+            self._write_owner.release()
+            for item in batch:
+                self._queue.put(item)
+            return
+        pending.committing = True
+        self._queue.put(_LoopGroup(pending, batch, outcomes))
 
     @staticmethod
-    def _run_together(conn: apsw.Connection, batch: list) -> bool:
-        """The usual case: every unit succeeds, so the group runs without a savepoint per unit (a
-        savepoint copies every page its unit changes: about a third of a submit's write cost);
-        only units that may refuse get one. When another unit raises (or the commit fails),
-        nothing of the group is kept and False sends it to `_run_batch`, which runs it again unit
-        by unit; that second run is why a unit must not act outside `conn`. True: every caller
-        has its answer."""
+    def _run_units(conn: apsw.Connection, batch: list) -> list | None:
+        """Every unit in one open transaction, without committing; None when that could not be
+        done (the transaction could not start, or a unit that may not refuse raised), with
+        nothing kept. Units that may refuse run under a savepoint of their own."""
         try:
             conn.execute("BEGIN IMMEDIATE")
-        except apsw.Error as exc:
-            _resolve([(done, None, StorageError(f"cannot start a write transaction: {exc}")) for _, done, _ in batch])
-            return True
+        except apsw.Error:
+            return None
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
         for fn, done, may_refuse in batch:
             if may_refuse:
@@ -195,16 +243,73 @@ class Database:
             if may_refuse:
                 conn.execute("RELEASE unit")
         else:
-            try:
-                conn.execute("COMMIT")
-            except apsw.Error:
-                pass  # the group goes round again unit by unit, which reports the failure if it recurs
-            else:
-                _resolve(outcomes)
-                return True
+            return outcomes
         if not conn.getautocommit():
             conn.execute("ROLLBACK")
-        return False
+        return None
+
+    def _commit_loop_group(self, conn: apsw.Connection, group: "_LoopGroup") -> None:
+        """On the writer thread: COMMIT what a loop ran (the loop holds `_write_owner` for it);
+        when that fails, the group goes round again unit by unit, as `_commit_batch` does."""
+        outcomes = group.outcomes
+        try:
+            conn.execute("COMMIT")
+        except apsw.Error:
+            outcomes = []  # the callers hear from _commit_batch, which reports the failure if it recurs
+            try:
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                conn.setbusytimeout(_BUSY_TIMEOUT_MS)
+                self._commit_batch(conn, group.batch)
+            except BaseException as exc:  # the writer thread must live on
+                _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}"))
+                          for _, done, _ in group.batch])
+        finally:
+            self._write_owner.release()
+        try:
+            group.pending.loop.call_soon_threadsafe(self._loop_group_done, group.pending, outcomes)
+        except RuntimeError:
+            if not group.pending.loop.is_closed():
+                raise
+            # that loop has closed: nobody waits for these results any more
+
+    def _loop_group_done(self, pending: "_LoopWrites", outcomes: list) -> None:
+        _settle_all(outcomes)
+        pending.committing = False
+        if pending.units and not pending.scheduled:
+            pending.scheduled = True
+            pending.loop.call_soon(self._run_on_loop, pending)
+
+    @classmethod
+    def _commit_batch(cls, conn: apsw.Connection, batch: list) -> None:
+        while batch:  # a loop, not recursion: a group rolled back by the database may go round many times
+            try:
+                batch = [] if cls._run_together(conn, batch) else cls._run_batch(conn, batch)
+            except BaseException as exc:  # a bug here must fail this group, never kill the writer thread
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+                _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}")) for _, done, _ in batch])
+                return
+
+    @classmethod
+    def _run_together(cls, conn: apsw.Connection, batch: list) -> bool:
+        """The usual case: every unit succeeds, so the group runs without a savepoint per unit (a
+        savepoint copies every page its unit changes: about a third of a submit's write cost);
+        only units that may refuse get one. When another unit raises (or the transaction cannot
+        start, or the commit fails), nothing of the group is kept and False sends it to
+        `_run_batch`, which runs it again unit by unit; that second run is why a unit must not act
+        outside `conn`. True: every caller has its answer."""
+        outcomes = cls._run_units(conn, batch)
+        if outcomes is None:
+            return False
+        try:
+            conn.execute("COMMIT")
+        except apsw.Error:
+            if not conn.getautocommit():
+                conn.execute("ROLLBACK")
+            return False
+        _resolve(outcomes)
+        return True
 
     @staticmethod
     def _run_batch(conn: apsw.Connection, batch: list) -> list:
@@ -279,6 +384,26 @@ class Database:
                 backup.step(-1)
         finally:
             target.close()
+
+
+class _LoopWrites:
+    """An event loop's units waiting for their group, and whether its last group is committing."""
+
+    __slots__ = ("loop", "units", "scheduled", "committing")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.units: list = []
+        self.scheduled = False
+        self.committing = False
+
+
+class _LoopGroup(NamedTuple):
+    """Units a loop has run in an open transaction, for the writer thread to commit."""
+
+    pending: _LoopWrites
+    batch: list
+    outcomes: list
 
 
 def _resolve(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
