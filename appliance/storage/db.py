@@ -189,7 +189,7 @@ class Database:
     # write and its fsync) on the writer thread. Running them on the writer thread made the two
     # threads trade the GIL at every SQL statement on one busy core (bench/README.md).
 
-    def _run_on_loop(self, pending: "_LoopWrites") -> None:
+    def _run_on_loop(self, pending: _LoopWrites) -> None:
         pending.scheduled = False
         if pending.committing or not pending.units:
             return
@@ -248,7 +248,7 @@ class Database:
             conn.execute("ROLLBACK")
         return None
 
-    def _commit_loop_group(self, conn: apsw.Connection, group: "_LoopGroup") -> None:
+    def _commit_loop_group(self, conn: apsw.Connection, group: _LoopGroup) -> None:
         """On the writer thread: COMMIT what a loop ran (the loop holds `_write_owner` for it);
         when that fails, the group goes round again unit by unit, as `_commit_batch` does."""
         outcomes = group.outcomes
@@ -273,7 +273,7 @@ class Database:
                 raise
             # that loop has closed: nobody waits for these results any more
 
-    def _loop_group_done(self, pending: "_LoopWrites", outcomes: list) -> None:
+    def _loop_group_done(self, pending: _LoopWrites, outcomes: list) -> None:
         _settle_all(outcomes)
         pending.committing = False
         if pending.units and not pending.scheduled:
