@@ -680,6 +680,34 @@ def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
     return _evaluate(rule_set, rule_set.name, facts, value_sets, today, prompt_evaluator)
 
 
+class _Applicable(NamedTuple):
+    rule_sets: Iterable[RuleSet]
+    applies_at: str
+    entries: tuple[tuple[str, Check | None, RuleSet], ...]
+
+
+# A campaign's rule sets are qualified on every submit: which of them apply, their report names
+# and their matchers are worked out once per list (kept alive and checked on use, as in _PLAIN).
+_APPLICABLE: dict[int, _Applicable] = {}
+
+
+def _applicable(rule_sets: Iterable[RuleSet], applies_at: str) -> tuple[tuple[str, Check | None, RuleSet], ...]:
+    """(report name, plain matcher or None, rule set) of the active rule sets at `applies_at`."""
+    entry = _APPLICABLE.get(id(rule_sets))
+    if entry is not None and entry.rule_sets is rule_sets and entry.applies_at == applies_at:
+        return entry.entries
+    entries = tuple(
+        (rule_set.name or f"rule set {position}", _plain_rules(rule_set.logical_operator, rule_set.sub_rules), rule_set)
+        for position, rule_set in enumerate(rule_sets, 1)
+        if rule_set.is_active and rule_set.applies_at == applies_at)
+    if not isinstance(rule_sets, (list, tuple)):  # a one-off iterable: nothing to key a cache by
+        return entries
+    if len(_APPLICABLE) >= _COMPILED_MAX:
+        _APPLICABLE.clear()
+    _APPLICABLE[id(rule_sets)] = _Applicable(rule_sets, applies_at, entries)
+    return entries
+
+
 def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
             applies_at: str = "ingestion",
             value_sets: ValueSets = _NO_VALUE_SETS, today: date,
@@ -694,11 +722,11 @@ def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
     failed = 0
     disqualified: RuleSetResult | None = None
     review: RuleSetResult | None = None
-    for position, rule_set in enumerate(rule_sets, 1):
-        if not rule_set.is_active or rule_set.applies_at != applies_at:
+    for name, plain, rule_set in _applicable(rule_sets, applies_at):
+        if plain is not None and not plain(facts, today, value_sets):
+            results.append(RuleSetResult(name=name, matched=False))  # the usual case
             continue
-        result = _evaluate(rule_set, rule_set.name or f"rule set {position}", facts, value_sets,
-                           today, prompt_evaluator)
+        result = _evaluate(rule_set, name, facts, value_sets, today, prompt_evaluator)
         results.append(result)
         if not result.matched:
             continue
