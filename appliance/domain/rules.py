@@ -497,6 +497,32 @@ _COMPILED: dict[int, _Compiled] = {}
 _COMPILED_MAX: Final = 8192
 
 
+class IdentityCache:
+    """Values worked out once per configuration object (a rule list, a routing list), keyed by
+    the object's identity plus a second key compared by equality. An entry keeps its object
+    alive, so the id cannot be reused while the entry exists. This relies on what the rest of the
+    service does: configuration objects are never changed in place (an import makes new ones
+    under a new config revision)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self) -> None:
+        self._entries: dict[int, tuple[Any, Any, Any]] = {}
+
+    def get(self, obj: Any, extra: Any = None) -> Any:
+        """The value stored for (obj, extra), or MISSING."""
+        entry = self._entries.get(id(obj))
+        if entry is not None and entry[0] is obj and entry[1] == extra:
+            return entry[2]
+        return MISSING
+
+    def put(self, obj: Any, extra: Any, value: Any) -> Any:
+        if len(self._entries) >= _COMPILED_MAX:
+            self._entries.clear()
+        self._entries[id(obj)] = (obj, extra, value)
+        return value
+
+
 def _check_of(cond: Condition) -> Check:
     entry = _COMPILED.get(id(cond))
     if (entry is not None and entry.cond is cond and entry.field is cond.field and entry.operator is cond.operator
@@ -559,19 +585,11 @@ def _sub_rule_matches(sub: SubRule, facts: Mapping[str, Any],
                      for c in sub.conditions))
 
 
-class _PlainRules(NamedTuple):
-    sub_rules: Sequence[SubRule]
-    logical_operator: str
-    match: Check | None  # None for rules with prompt conditions (they take the general path)
-
-
 # Rule sets and routing rules are checked on every submit and most do not match; without prompt
 # conditions nothing can be skipped, so whether they match is plain AND/OR over compiled checks,
-# built once into one callable. Keyed by the identity of the sub-rule list (kept alive by the
-# entry, checked on use). This relies on what the rest of the service does: configuration
-# objects are never changed in place (an import makes new ones under a new config revision), so
-# a list's sub-rules stay its own.
-_PLAIN: dict[int, _PlainRules] = {}
+# built once per sub-rule list into one callable (None for rules with prompt conditions: they
+# take the general path).
+_PLAIN = IdentityCache()
 
 
 def _all_of(checks: tuple[Check, ...]) -> Check:
@@ -598,15 +616,12 @@ def _plain_matcher(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check
 
 
 def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check | None:
-    entry = _PLAIN.get(id(sub_rules))
-    if entry is None or entry.sub_rules is not sub_rules or entry.logical_operator is not logical_operator:
+    match = _PLAIN.get(sub_rules, logical_operator)
+    if match is MISSING:
         prompted = any(cond.prompt for sub in sub_rules for cond in sub.conditions)
-        entry = _PlainRules(sub_rules, logical_operator,
-                            None if prompted else _plain_matcher(logical_operator, sub_rules))
-        if len(_PLAIN) >= _COMPILED_MAX:
-            _PLAIN.clear()
-        _PLAIN[id(sub_rules)] = entry
-    return entry.match
+        match = _PLAIN.put(sub_rules, logical_operator,
+                           None if prompted else _plain_matcher(logical_operator, sub_rules))
+    return match
 
 
 def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[str, Any], *,
@@ -680,32 +695,23 @@ def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
     return _evaluate(rule_set, rule_set.name, facts, value_sets, today, prompt_evaluator)
 
 
-class _Applicable(NamedTuple):
-    rule_sets: Iterable[RuleSet]
-    applies_at: str
-    entries: tuple[tuple[str, Check | None, RuleSet], ...]
-
-
 # A campaign's rule sets are qualified on every submit: which of them apply, their report names
-# and their matchers are worked out once per list (kept alive and checked on use, as in _PLAIN).
-_APPLICABLE: dict[int, _Applicable] = {}
+# and their matchers are worked out once per list.
+_APPLICABLE = IdentityCache()
 
 
 def _applicable(rule_sets: Iterable[RuleSet], applies_at: str) -> tuple[tuple[str, Check | None, RuleSet], ...]:
     """(report name, plain matcher or None, rule set) of the active rule sets at `applies_at`."""
-    entry = _APPLICABLE.get(id(rule_sets))
-    if entry is not None and entry.rule_sets is rule_sets and entry.applies_at == applies_at:
-        return entry.entries
+    entries = _APPLICABLE.get(rule_sets, applies_at)
+    if entries is not MISSING:
+        return entries
     entries = tuple(
         (rule_set.name or f"rule set {position}", _plain_rules(rule_set.logical_operator, rule_set.sub_rules), rule_set)
         for position, rule_set in enumerate(rule_sets, 1)
         if rule_set.is_active and rule_set.applies_at == applies_at)
     if not isinstance(rule_sets, (list, tuple)):  # a one-off iterable: nothing to key a cache by
         return entries
-    if len(_APPLICABLE) >= _COMPILED_MAX:
-        _APPLICABLE.clear()
-    _APPLICABLE[id(rule_sets)] = _Applicable(rule_sets, applies_at, entries)
-    return entries
+    return _APPLICABLE.put(rule_sets, applies_at, entries)
 
 
 def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
