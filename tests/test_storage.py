@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import apsw
 import pytest
 
-from appliance.storage.db import Database
+from appliance.storage.db import Database, StorageError
 from appliance.storage.migrations import MIGRATIONS, apply
 
 
@@ -173,8 +174,6 @@ def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
 
 
 def test_unreadable_database_is_a_clear_error(tmp_path):
-    from appliance.storage.db import StorageError
-
     bad = tmp_path / "not-a-db"
     bad.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StorageError, match="cannot open database"):
@@ -189,9 +188,11 @@ def _table(tmp_path, name="loop.db", sql="CREATE TABLE t (v INTEGER)"):
     return db
 
 
-def _inserting(value, runs):
+def _inserting(value, runs, threads=None):
     def unit(conn):
         runs.append(value)
+        if threads is not None:
+            threads.append(threading.current_thread().name)
         conn.execute("INSERT INTO t VALUES (?)", (value,))
         return value
     return unit
@@ -209,7 +210,8 @@ def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, 
     db = _table(tmp_path)
     try:
         runs: list[int] = []
-        units = [_inserting(0, runs), _failing, _inserting(1, runs), _inserting(2, runs)]
+        threads: list[str] = []
+        units = [_inserting(0, runs, threads), _failing, _inserting(1, runs, threads), _inserting(2, runs, threads)]
 
         async def together():
             return await asyncio.gather(*(db.write(u, may_refuse=may_refuse and u is _failing) for u in units),
@@ -219,10 +221,10 @@ def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, 
         assert answers[0] == 0 and answers[2:] == [1, 2]
         assert isinstance(answers[1], ValueError) and str(answers[1]) == "refused"
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
-        if may_refuse:
-            assert sorted(runs) == [0, 1, 2]
-        else:  # the units before the failing one ran more than once; each was kept once
-            assert set(runs) == {0, 1, 2} and runs.count(0) > 1
+        if may_refuse:  # one group, run on the loop's own thread
+            assert sorted(runs) == [0, 1, 2] and set(threads) == {threading.current_thread().name}
+        else:  # the units before the failing one ran more than once, the later runs on the writer thread
+            assert set(runs) == {0, 1, 2} and runs.count(0) > 1 and "appliance-writer" in threads
     finally:
         db.close()
 
@@ -237,7 +239,7 @@ def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
                                         return_exceptions=True)
 
         answers = asyncio.run(together())
-        assert len(answers) == 2 and all("commit failed" in str(a) for a in answers)
+        assert all("commit failed" in str(a) for a in answers)
         assert db.rows("SELECT count(*) FROM p") == [(0,)]
         assert db.write_sync(lambda c: c.execute("INSERT INTO p VALUES (2)") and 2) == 2  # the writer lives on
     finally:
@@ -297,9 +299,125 @@ def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_
 
 
 def test_a_write_after_close_is_a_storage_error(tmp_path):
-    from appliance.storage.db import StorageError
-
     db = _table(tmp_path)
     db.close()
     with pytest.raises(StorageError, match="closed"):
         asyncio.run(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")))
+
+
+def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path):
+    db = _table(tmp_path)
+    try:
+        seen: list[int] = []
+
+        def count_then_insert(conn):
+            seen.append(conn.execute("SELECT count(*) FROM t").fetchone()[0])
+            conn.execute("INSERT INTO t VALUES (2)")
+            return threading.current_thread().name
+
+        async def two_groups():
+            first = asyncio.ensure_future(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)") and 1))
+            await asyncio.sleep(0)  # the first write is queued: its group runs next
+            await asyncio.sleep(0)  # ... and has been handed to the writer thread to commit
+            second = await db.write(count_then_insert)
+            return await first, second
+
+        first, ran_on = asyncio.run(two_groups())
+        assert first == 1 and ran_on == threading.current_thread().name
+        assert seen == [1]  # the second group started after the first was committed
+        assert db.rows("SELECT v FROM t ORDER BY v") == [(1,), (2,)]
+    finally:
+        db.close()
+
+
+def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path):
+    """Threads' writes (CLI, tests) and a loop's groups share the one connection; neither waits
+    for the other forever."""
+    db = _table(tmp_path)
+    try:
+        stop = threading.Event()
+        counts = [0] * 3
+
+        def thread_writes(slot):
+            while not stop.is_set():
+                db.write_sync(lambda c: c.execute("INSERT INTO t VALUES (0)"))
+                counts[slot] += 1
+
+        threads = [threading.Thread(target=thread_writes, args=(slot,)) for slot in range(3)]
+        for t in threads:
+            t.start()
+
+        async def loop_writes():
+            groups, started = 0, time.monotonic()
+            while time.monotonic() - started < 1.5:
+                await asyncio.wait_for(asyncio.gather(
+                    *(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")) for _ in range(3))), 10)
+                groups += 1
+            return groups
+
+        try:
+            groups = asyncio.run(loop_writes())
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(10)
+        assert groups > 10 and all(counts) and not any(t.is_alive() for t in threads)
+        assert db.rows("SELECT count(*) FROM t WHERE v = 1") == [(3 * groups,)]
+        assert db.rows("SELECT count(*) FROM t WHERE v = 0") == [(sum(counts),)]
+    finally:
+        db.close()
+
+
+def test_close_from_another_thread_lets_the_running_loop_group_commit(tmp_path):
+    """close() while a loop is running a group (a test thread closing the app's database): that
+    group is committed and answered, and writes after close are refused, never left waiting."""
+    db = _table(tmp_path)
+    running, closed, answers = threading.Event(), threading.Event(), {}
+
+    def slow(conn):
+        conn.execute("INSERT INTO t VALUES (1)")
+        running.set()
+        time.sleep(0.3)  # close() is called meanwhile
+        conn.execute("INSERT INTO t VALUES (2)")
+        return "committed"
+
+    async def writes():
+        answers["first"] = await asyncio.wait_for(db.write(slow), 10)
+        await asyncio.to_thread(closed.wait, 10)
+        try:
+            await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO t VALUES (3)")), 10)
+        except Exception as exc:  # noqa: BLE001 - the answer is what the test looks at
+            answers["after"] = exc
+
+    loop_thread = threading.Thread(target=asyncio.run, args=(writes(),))
+    loop_thread.start()
+    assert running.wait(10)
+    db.close()
+    closed.set()
+    loop_thread.join(10)
+    assert answers["first"] == "committed"
+    assert isinstance(answers["after"], StorageError) and "closed" in str(answers["after"])
+    conn = apsw.Connection(str(tmp_path / "loop.db"))
+    assert conn.execute("SELECT v FROM t ORDER BY v").fetchall() == [(1,), (2,)]
+
+
+def test_a_loop_that_closes_while_its_group_commits_leaves_later_loops_their_own_path(tmp_path):
+    db = _table(tmp_path)
+    try:
+        async def fire_and_forget():
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(db.write(lambda c: c.execute(
+                "INSERT INTO t VALUES (1)"))))
+            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # the group is with the writer thread when this loop ends
+
+        asyncio.run(fire_and_forget())
+        ran_on: list[str] = []
+
+        async def later():
+            return await asyncio.wait_for(db.write(lambda c: ran_on.append(threading.current_thread().name) or 1), 10)
+
+        for _ in range(3):
+            assert asyncio.run(later()) == 1
+        assert ran_on[-1] == threading.current_thread().name  # on the loop again, not the writer thread
+    finally:
+        db.close()

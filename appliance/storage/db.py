@@ -43,7 +43,8 @@ _MAX_BATCH = 512
 # leads/s (bench.delivery, p50).
 _LINGER_SECONDS = 0.002
 _BUSY_GROUP = 4
-_BUSY_TIMEOUT_MS = 10_000  # how long the writer thread waits for another process's write lock
+_BUSY_TIMEOUT_MS = 10_000
+_OWNER_POLL_SECONDS = 0.0005  # how long the writer thread waits for another process's write lock
 _STOP = object()
 
 
@@ -74,11 +75,13 @@ class Database:
         # groups, or an event loop for a group it runs itself until the writer has committed it.
         self._write_owner = threading.Lock()
         self._loop_writes: _LoopWrites | None = None
+        self._closed = False
         self.changes: ChangeSignal | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
 
     def open(self) -> "Database":
+        self._closed = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             conn = apsw.Connection(str(self.path))
@@ -94,10 +97,15 @@ class Database:
 
     def close(self) -> None:
         if self._writer is not None:
+            # A loop's group in flight is committed first: the writer releases the connection
+            # once it has; later units (on a loop or a thread) hear that the database is closed.
+            with self._write_owner:
+                self._closed = True
             self._queue.put(_STOP)
             self._writer.join()
             self._writer = None
         if self._write_conn is not None:
+            self._write_conn.setbusytimeout(_BUSY_TIMEOUT_MS)
             self._write_conn.execute("PRAGMA optimize")
             self._write_conn.close()
             self._write_conn = None
@@ -133,11 +141,13 @@ class Database:
         `may_refuse`: fn raises for ordinary reasons (not found, a conflict, a bad value), so it
         runs under a savepoint of its own and its refusal leaves the rest of the group as it is.
         Without it, a unit that raises sends its whole group round again (see `_run_together`)."""
+        if self._closed:
+            raise StorageError("the database is closed")
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         pending = self._loop_writes
         if pending is None or pending.loop is not loop:
-            if pending is not None and (pending.units or pending.committing):
+            if pending is not None and (pending.units or pending.committing) and not pending.loop.is_closed():
                 # Another loop's group is under way (tests run one loop after another): this
                 # unit takes the writer thread's path.
                 self._queue.put((fn, future, may_refuse))
@@ -151,6 +161,8 @@ class Database:
 
     def write_sync(self, fn: WriteFn[T], *, may_refuse: bool = False) -> T:
         """The same for threads without an event loop (CLI, tests, job helpers)."""
+        if self._closed:
+            raise StorageError("the database is closed")
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._queue.put((fn, future, may_refuse))
         return future.result()
@@ -178,11 +190,46 @@ class Database:
                 if item is _STOP:
                     stopping = True
                     break
+                if type(item) is _LoopGroup:  # its loop holds the connection until it is committed
+                    self._commit_loop_group(conn, item)
+                    continue
                 batch.append(item)
             busy = len(batch) >= _BUSY_GROUP
-            with self._write_owner:
+            # A loop may have taken the connection meanwhile; only this thread can commit its
+            # group and so free the connection, hence no blocking wait for it here.
+            while not self._write_owner.acquire(timeout=_OWNER_POLL_SECONDS):
+                stopping = self._take_queued(conn, batch) or stopping
+            try:
                 conn.setbusytimeout(_BUSY_TIMEOUT_MS)
                 self._commit_batch(conn, batch)
+            finally:
+                self._write_owner.release()
+        # Queued after the stop (close() was called meanwhile): nothing runs them any more.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if type(item) is _LoopGroup:
+                self._commit_loop_group(conn, item)
+            elif item is not _STOP:
+                _resolve([(item[1], None, StorageError("the database is closed"))])
+
+    def _take_queued(self, conn: apsw.Connection, batch: list) -> bool:
+        """Commit the loop groups queued now and add the other units to `batch`; True if the
+        stop was among them."""
+        stopping = False
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return stopping
+            if item is _STOP:
+                stopping = True
+            elif type(item) is _LoopGroup:
+                self._commit_loop_group(conn, item)
+            else:
+                batch.append(item)
 
     # ---- groups run on the event loop ------------------------------------------------------
     # Units queued by coroutines run on their event loop's thread, and only the COMMIT (the WAL
@@ -195,28 +242,33 @@ class Database:
             return
         batch, pending.units = pending.units, []
         conn = self._write_conn
-        if conn is None or self._writer is None:
-            _settle_all([(done, None, StorageError("the database is closed")) for _, done, _ in batch])
-            return
         if not self._write_owner.acquire(blocking=False):
             for item in batch:  # a thread's write holds the connection: the writer thread's path
                 self._queue.put(item)
             return
+        if self._closed or conn is None:
+            self._write_owner.release()
+            _settle_all([(done, None, StorageError("the database is closed")) for _, done, _ in batch])
+            return
+        outcomes = None
         try:
             # Never wait for another process's write lock on the event loop: the writer thread does.
             conn.setbusytimeout(0)
             outcomes = self._run_units(conn, batch)
         except BaseException:  # noqa: BLE001 - the writer thread runs the group again and reports
-            if not conn.getautocommit():
-                conn.execute("ROLLBACK")
-            outcomes = None
-        if outcomes is None:  # the writer thread runs the group again, and reports the failure if it recurs
-            self._write_owner.release()
-            for item in batch:
-                self._queue.put(item)
-            return
-        pending.committing = True
-        self._queue.put(_LoopGroup(pending, batch, outcomes))
+            try:
+                if not conn.getautocommit():
+                    conn.execute("ROLLBACK")
+            except apsw.Error:
+                pass  # the writer thread's run reports the state of the connection
+        finally:
+            if outcomes is None:  # the writer thread runs the group again, and reports the failure if it recurs
+                self._write_owner.release()
+                for item in batch:
+                    self._queue.put(item)
+        if outcomes is not None:
+            pending.committing = True
+            self._queue.put(_LoopGroup(pending, batch, outcomes))
 
     @staticmethod
     def _run_units(conn: apsw.Connection, batch: list) -> list | None:
@@ -253,13 +305,13 @@ class Database:
         when that fails, the group goes round again unit by unit, as `_commit_batch` does."""
         outcomes = group.outcomes
         try:
+            conn.setbusytimeout(_BUSY_TIMEOUT_MS)  # the loop set 0 for its BEGIN
             conn.execute("COMMIT")
         except apsw.Error:
             outcomes = []  # the callers hear from _commit_batch, which reports the failure if it recurs
             try:
                 if not conn.getautocommit():
                     conn.execute("ROLLBACK")
-                conn.setbusytimeout(_BUSY_TIMEOUT_MS)
                 self._commit_batch(conn, group.batch)
             except BaseException as exc:  # the writer thread must live on
                 _resolve([(done, None, StorageError(f"write failed: {type(exc).__name__}"))
@@ -271,7 +323,7 @@ class Database:
         except RuntimeError:
             if not group.pending.loop.is_closed():
                 raise
-            # that loop has closed: nobody waits for these results any more
+            group.pending.committing = False  # that loop has closed: nobody waits for these results
 
     def _loop_group_done(self, pending: _LoopWrites, outcomes: list) -> None:
         _settle_all(outcomes)
