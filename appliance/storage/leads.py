@@ -6,13 +6,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import apsw
-import msgspec
 
 from appliance.domain.lead import LeadRecord, Submission
+from appliance.storage.packed import PackedDocs
 
-_encode = msgspec.json.Encoder().encode
-_lead_decoder = msgspec.json.Decoder(LeadRecord)
-_submission_decoder = msgspec.json.Decoder(Submission)
+# The columns each read selects before `doc`, which holds the rest of the record (packed.py).
+_LEADS = PackedDocs(LeadRecord, ("lead_id", "status", "campaign_id", "client_id", "offer_id", "source_id", "email",
+                                 "phone_e164", "is_test", "created_at", "updated_at"))
+_SUBMISSIONS = PackedDocs(Submission, ("submission_id", "lead_id", "submission_number", "status", "flow_type",
+                                       "created_at", "updated_at"))
+_LEAD_ROW = ", ".join(f"l.{name}" for name in (*_LEADS.columns, "doc"))
+_SUBMISSION_ROW = ", ".join((*_SUBMISSIONS.columns, "doc"))
 
 
 def _names(lead: LeadRecord) -> str:
@@ -28,7 +32,7 @@ def insert_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, intake_
         " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
          lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
-         lead.updated_at, _encode(lead)),
+         lead.updated_at, _LEADS.pack(lead)),
     )
     names = _names(lead)
     if names:
@@ -40,7 +44,7 @@ def update_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, *, name
         "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
         " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
         (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
-         lead.phone_e164, int(lead.is_test), lead.updated_at, _encode(lead), tenant_id, lead.lead_id),
+         lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
     )
     if names_changed:
         (rowid,) = conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
@@ -50,8 +54,9 @@ def update_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, *, name
 
 
 def get_lead(conn: apsw.Connection, tenant_id: str, lead_id: str) -> LeadRecord | None:
-    found = conn.execute("SELECT doc FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone()
-    return _lead_decoder.decode(found[0]) if found else None
+    found = conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
+                         (lead_id, tenant_id)).fetchone()
+    return _LEADS.unpack(found) if found else None
 
 
 def get_leads(conn: apsw.Connection, tenant_id: str, lead_ids: Sequence[str]) -> list[LeadRecord]:
@@ -60,8 +65,8 @@ def get_leads(conn: apsw.Connection, tenant_id: str, lead_ids: Sequence[str]) ->
         chunk = lead_ids[start:start + 500]
         marks = ",".join("?" * len(chunk))
         found.extend(
-            _lead_decoder.decode(doc) for (doc,) in conn.execute(
-                f"SELECT doc FROM leads WHERE tenant_id = ? AND lead_id IN ({marks})", (tenant_id, *chunk))
+            _LEADS.unpack(row) for row in conn.execute(
+                f"SELECT {_LEAD_ROW} FROM leads l WHERE tenant_id = ? AND lead_id IN ({marks})", (tenant_id, *chunk))
         )
     return found
 
@@ -105,7 +110,7 @@ def insert_submission(conn: apsw.Connection, tenant_id: str, submission: Submiss
         " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
          submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
-         submission.updated_at, _encode(submission)),
+         submission.updated_at, _SUBMISSIONS.pack(submission)),
     )
 
 
@@ -114,28 +119,28 @@ def update_submission(conn: apsw.Connection, tenant_id: str, submission: Submiss
         "UPDATE submissions SET campaign_id = ?, status = ?, flow_type = ?, updated_at = ?, doc = ?"
         " WHERE submission_id = ? AND tenant_id = ?",
         (submission.campaign.campaign_id, submission.status, submission.flow_type, submission.updated_at,
-         _encode(submission), submission.submission_id, tenant_id),
+         _SUBMISSIONS.pack(submission), submission.submission_id, tenant_id),
     )
 
 
 def get_submission(conn: apsw.Connection, tenant_id: str, submission_id: str) -> Submission | None:
     found = conn.execute(
-        "SELECT doc FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
     ).fetchone()
-    return _submission_decoder.decode(found[0]) if found else None
+    return _SUBMISSIONS.unpack(found) if found else None
 
 
 def submissions_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[Submission]:
-    return [_submission_decoder.decode(doc) for (doc,) in conn.execute(
-        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+    return [_SUBMISSIONS.unpack(row) for row in conn.execute(
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
         (lead_id, tenant_id))]
 
 
 def latest_submission(conn: apsw.Connection, tenant_id: str, lead_id: str) -> Submission | None:
     found = conn.execute(
-        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number DESC LIMIT 1",
-        (lead_id, tenant_id)).fetchone()
-    return _submission_decoder.decode(found[0]) if found else None
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ?"
+        " ORDER BY submission_number DESC LIMIT 1", (lead_id, tenant_id)).fetchone()
+    return _SUBMISSIONS.unpack(found) if found else None
 
 
 # ---- jobs, ledger, counters -------------------------------------------------------------------
@@ -208,7 +213,7 @@ def add_to_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_sta
     )
 
 
-# ---- reads for the leads and submissions API (documents spliced into responses as stored) -----
+# ---- reads for the leads and submissions API (documents as the JSON the API returns) ----------
 
 def lead_exists(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
     return conn.execute("SELECT 1 FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone() is not None
@@ -221,7 +226,7 @@ _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_clie
 
 
 def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
-    """One page of leads as (leadId, doc), newest first; ids are time-ordered, so date bounds and
+    """One page of leads as (leadId, JSON document), newest first; ids are time-ordered, so date bounds and
     the cursor are id bounds.
 
     Plans that stay good without planner statistics: a name search looks its FTS matches (every
@@ -266,36 +271,38 @@ def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: i
     elif where.phone_e164 is not None:
         source = "leads l INDEXED BY leads_by_phone"
     if driver is not None:
-        arm = (f"SELECT * FROM (SELECT l.lead_id, l.doc FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
+        arm = (f"SELECT * FROM (SELECT {_LEAD_ROW} FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
                f" WHERE {' AND '.join(clauses)} AND l.{driver} = ? ORDER BY l.lead_id DESC LIMIT ?)")
         values = lists[driver]
         arm_params: list = []
         for value in values:
             arm_params += [*params, value, limit]
-        return conn.execute(" UNION ALL ".join([arm] * len(values)) + " ORDER BY 1 DESC LIMIT ?",
-                            [*arm_params, limit]).fetchall()
-    params.append(limit)
-    return conn.execute(
-        f"SELECT l.lead_id, l.doc FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?",
-        params).fetchall()
+        rows = conn.execute(" UNION ALL ".join([arm] * len(values)) + " ORDER BY 1 DESC LIMIT ?",
+                            [*arm_params, limit])
+    else:
+        params.append(limit)
+        rows = conn.execute(
+            f"SELECT {_LEAD_ROW} FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)
+    return [(row[0], _LEADS.json_of(row)) for row in rows]
 
 
 def lead_doc(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bytes | None:
-    found = conn.execute("SELECT doc FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone()
-    return found[0] if found else None
+    found = conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
+                         (lead_id, tenant_id)).fetchone()
+    return _LEADS.json_of(found) if found else None
 
 
 def submission_docs_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[bytes]:
-    return [doc for (doc,) in conn.execute(
-        "SELECT doc FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+    return [_SUBMISSIONS.json_of(row) for row in conn.execute(
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
         (lead_id, tenant_id))]
 
 
 def submission_doc(conn: apsw.Connection, tenant_id: str, submission_id: str) -> bytes | None:
     found = conn.execute(
-        "SELECT doc FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
     ).fetchone()
-    return found[0] if found else None
+    return _SUBMISSIONS.json_of(found) if found else None
 
 
 def latest_submission_number(conn: apsw.Connection, tenant_id: str, lead_id: str) -> int | None:

@@ -1,0 +1,91 @@
+"""Leads and submissions read back exactly as submitted and decided, whatever form their rows
+hold: the compact form written now (storage/packed.py), the whole-record JSON that earlier
+versions wrote (an upgraded install), and JSON for records MessagePack cannot carry."""
+
+from __future__ import annotations
+
+import msgspec
+
+from tests.api_helpers import data
+
+FULL_LEAD = {
+    "campaignId": "AC01", "firstName": "Ada", "lastName": "Lovelace", "email": "ada@example.com",
+    "phone": "(415) 555-0101", "address": {"street": "1 Analytical Way", "city": "London", "state": "CA",
+                                            "zip": "94105"},
+    "dateOfBirth": "1980-12-10", "country": "US", "timezone": "America/Los_Angeles",
+    "questionnaire": {"injured": "yes"}, "attribution": {"utm_source": "google", "gclid": "abc"},
+    "compliance": {"tcpaConsent": True, "ip_address": "203.0.113.9"}, "isTest": True, "notes": "call after 5",
+    "customFields": {"score": 7.25, "tags": ["a", "b"], "nested": {"on": False, "none": None}, "count": 0},
+}
+
+
+def submit(client, tenant, body: dict) -> dict:
+    response = client.post("/api/v1/leads/submit", headers=tenant.headers, json=body)
+    assert response.status_code == 201, response.text
+    return response.json()["data"]
+
+
+def read(client, tenant, lead_id: str) -> dict:
+    return data(client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers))
+
+
+def listed(client, tenant) -> list[dict]:
+    return data(client.get("/api/v1/leads", headers=tenant.headers))["leads"]
+
+
+def test_every_field_reads_back_as_submitted(client, tenant):
+    made = submit(client, tenant, FULL_LEAD)
+    lead = read(client, tenant, made["leadId"])
+    for name, value in FULL_LEAD.items():
+        if name not in ("phone", "questionnaire", "campaignId"):
+            assert lead[name] == value, name
+    assert lead["isTest"] is True  # a boolean, not the column's 1
+    assert lead["phone"] == "(415) 555-0101" and lead["phoneE164"] == "+14155550101"
+    assert lead["questionnaire"] == [{"key": "injured", "question": "Were you injured?", "answer": "yes"}]
+    assert (lead["leadId"], lead["status"], lead["campaignId"]) == (made["leadId"], made["status"], "AC01")
+    assert lead["clientId"] == "cli-1" and lead["sourceId"] is None and lead["approval"] is None
+    assert lead["submissionCount"] == 1 and lead["createdAt"] == lead["updatedAt"]
+    assert lead["files"] == []
+    (submission,) = lead.pop("submissions")
+    assert submission == data(client.get(f"/api/v1/submissions/{made['submissionId']}", headers=tenant.headers))
+    assert (submission["submissionId"], submission["leadId"], submission["submissionNumber"]) == \
+        (made["submissionId"], made["leadId"], 1)
+    assert submission["status"] == made["status"] and submission["flowType"] == "standard"
+    assert submission["campaign"]["campaignId"] == "AC01" and submission["qualification"]["passed"] is True
+    # fields left at their defaults come back too, as null or empty
+    assert submission["posting"] is None and submission["responseFields"] == {}
+    assert [event["type"] for event in submission["journeyEvents"]][0] == "received"
+    assert listed(client, tenant) == [lead]
+
+
+def test_integers_beyond_64_bits_are_kept(client, tenant):
+    huge = 123456789012345678901234567890
+    made = submit(client, tenant, {**FULL_LEAD, "customFields": {"account": huge, "small": -(2 ** 70)}})
+    lead = read(client, tenant, made["leadId"])
+    assert lead["customFields"] == {"account": huge, "small": -(2 ** 70)}
+    assert listed(client, tenant)[0]["customFields"]["account"] == huge
+    again = submit(client, tenant, {"campaignId": "AC01", "leadId": made["leadId"], "notes": "resent"})
+    lead = read(client, tenant, again["leadId"])
+    assert lead["customFields"]["account"] == huge and lead["notes"] == "resent"
+
+
+def test_rows_written_by_earlier_versions_read_the_same(client, tenant, runtime):
+    made = submit(client, tenant, FULL_LEAD)
+    before = read(client, tenant, made["leadId"])
+    submissions = before.pop("submissions")
+
+    def as_earlier_versions_stored(conn):  # the whole record as JSON, as the API returns it
+        conn.execute("UPDATE leads SET doc = ? WHERE lead_id = ?", (msgspec.json.encode(before), made["leadId"]))
+        for submission in submissions:
+            conn.execute("UPDATE submissions SET doc = ? WHERE submission_id = ?",
+                         (msgspec.json.encode(submission), submission["submissionId"]))
+
+    runtime.db.write_sync(as_earlier_versions_stored)
+    assert read(client, tenant, made["leadId"]) == {**before, "submissions": submissions}
+    assert listed(client, tenant) == [before]
+    # and such a lead is updated like any other: a resubmission merges into what was stored
+    again = submit(client, tenant, {"campaignId": "AC01", "leadId": made["leadId"], "notes": "second"})
+    after = read(client, tenant, again["leadId"])
+    assert after["notes"] == "second" and after["submissionCount"] == 2
+    assert after["customFields"] == FULL_LEAD["customFields"] and after["isTest"] is True
+    assert after["submissions"][0] == submissions[0]
