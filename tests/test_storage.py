@@ -272,6 +272,39 @@ def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path):
         db.close()
 
 
+def test_a_long_unit_written_off_the_loop_leaves_the_loop_running(tmp_path):
+    """write_off_loop runs its unit on the writer thread: the loop ticks, and its own writes
+    commit after the long unit, each once."""
+    db = _table(tmp_path)
+    try:
+        threads: list[str] = []
+        runs: list[int] = []
+
+        def long_unit(conn):
+            threads.append(threading.current_thread().name)
+            conn.execute("INSERT INTO t VALUES (100)")
+            time.sleep(0.3)
+            return "long"
+
+        async def meanwhile():
+            long = asyncio.ensure_future(db.write_off_loop(long_unit))
+            ticks, started = 0, asyncio.get_running_loop().time()
+            while not threads:
+                await asyncio.sleep(0.001)
+            short = [asyncio.ensure_future(db.write(_inserting(v, runs))) for v in range(3)]
+            while asyncio.get_running_loop().time() - started < 0.2:
+                await asyncio.sleep(0.01)
+                ticks += 1
+            return ticks, await asyncio.wait_for(long, 10), await asyncio.wait_for(asyncio.gather(*short), 10)
+
+        ticks, long_answer, short_answers = asyncio.run(meanwhile())
+        assert threads == ["appliance-writer"] and long_answer == "long" and short_answers == [0, 1, 2]
+        assert ticks >= 8 and sorted(runs) == [0, 1, 2]  # a blocked loop would have ticked once or twice
+        assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,), (100,)]
+    finally:
+        db.close()
+
+
 def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_path):
     """Another connection (another process: the CLI) holds the database's write lock: the loop
     keeps running, and the write lands once the lock is free."""

@@ -159,6 +159,15 @@ class Database:
             loop.call_soon(self._run_on_loop, pending)
         return await future
 
+    async def write_off_loop(self, fn: WriteFn[T]) -> T:
+        """`write` for a long unit (the activity log's batch of a second): it runs on the writer
+        thread, so the event loop goes on answering requests meanwhile."""
+        if self._closed:
+            raise StorageError("the database is closed")
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put((fn, future, False))
+        return await future
+
     def write_sync(self, fn: WriteFn[T], *, may_refuse: bool = False) -> T:
         """The same for threads without an event loop (CLI, tests, job helpers)."""
         if self._closed:
