@@ -42,7 +42,7 @@ import apsw
 import msgspec
 
 from appliance import tenancy
-from appliance.api.leads import _id_bound, search_filter
+from appliance.api.leads import search_filter
 from appliance.clock import iso
 from appliance.config import load_config
 from appliance.domain.lead import (
@@ -51,7 +51,7 @@ from appliance.domain.lead import (
 )
 from appliance.domain.normalize import to_e164
 from appliance.domain.pipeline import snapshot
-from appliance.ids import _encode as b32
+from appliance.ids import floor_id
 from appliance.runtime import Runtime, open_runtime
 from appliance.storage import catalog
 from appliance.storage import leads as lead_store
@@ -159,6 +159,14 @@ class People:
             self._last = [self.rng.choice(self.tail) if self.rng.random() < 0.35 else name
                           for name in _weighted(LAST, self.rng, 50_000)]
         return self._first.pop(), self._last.pop()
+
+
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def b32(value: int, width: int) -> str:
+    """`width` Crockford base32 characters of `value`, most significant first (as ids are written)."""
+    return "".join(_CROCKFORD[value >> shift & 31] for shift in range(5 * (width - 1), -1, -5))
 
 
 # ---- documents ----------------------------------------------------------------------------------
@@ -347,7 +355,7 @@ def checkpoint(runtime: Runtime) -> None:
 
 def _day_bound(day: str, days_after: int) -> str:
     moment = datetime.fromisoformat(day).replace(tzinfo=timezone.utc) + timedelta(days=days_after)
-    return _id_bound(int(moment.timestamp() * 1000))
+    return floor_id("lead", int(moment.timestamp() * 1000))
 
 
 def best_of(fn, runs: int) -> dict[str, float]:
