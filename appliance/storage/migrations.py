@@ -154,7 +154,7 @@ def m002_leads_submissions_jobs_ledger(conn: apsw.Connection) -> None:
             is_test INTEGER NOT NULL DEFAULT 0,
             created_at TEXT NOT NULL,
             updated_at TEXT NOT NULL,
-            doc BLOB NOT NULL                  -- the lead record as the API returns it
+            doc BLOB NOT NULL                  -- the rest of the lead record (storage/packed.py)
         );
         CREATE INDEX leads_by_tenant ON leads(tenant_id, lead_id);
         CREATE INDEX leads_by_email ON leads(tenant_id, email, created_at);
