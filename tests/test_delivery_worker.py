@@ -35,6 +35,10 @@ class Scripted(DeliveryAdapter):
         step = script[min(request.attempt - 1, len(script) - 1)]
         if step == "raise":
             raise RuntimeError("adapter bug")
+        if step == "mistyped":  # a struct is built without checks: a plugin can get a type wrong
+            return DeliveryResult(outcome="success", status_code="200", response_fields={"n": 1})
+        if step == "not-a-result":
+            return None
         return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),
                               client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
                               message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
@@ -247,6 +251,19 @@ def test_unknown_adapter_and_missing_endpoint(live, runtime, clock):
     none = submit(live, tenant, lead_body("DL2"))
     lead = wait_for(live, tenant, none["leadId"], status_is("failed"))
     assert "no delivery endpoint" in lead["submissions"][0]["result"]
+
+
+@pytest.mark.parametrize("script", ["mistyped", "not-a-result"])
+def test_an_adapter_answer_of_the_wrong_shape_is_a_delivery_error(live, runtime, script):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(retry={"maxAttempts": 1})],
+                                        "campaigns": [campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    data = submit(live, tenant, lead_body("DL1", script))
+    lead = wait_for(live, tenant, data["leadId"], status_is("failed"))
+    submission = lead["submissions"][0]
+    assert "adapter 'scripted' returned an invalid result" in submission["result"]
+    assert submission["delivery"]["success"] is False and submission["responseFields"] == {}
+    response = live.get(f"/api/v1/submissions/{data['submissionId']}", headers=tenant.headers)
+    assert response.status_code == 200 and response.json()["data"] == submission
 
 
 def test_short_circuited_submission_is_evaluated_by_the_job_loop(live, runtime):

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import msgspec
 
+from appliance.model import Model
+from appliance.storage.packed import PackedDocs
 from tests.api_helpers import data
 
 FULL_LEAD = {
@@ -89,3 +91,23 @@ def test_rows_written_by_earlier_versions_read_the_same(client, tenant, runtime)
     assert after["notes"] == "second" and after["submissionCount"] == 2
     assert after["customFields"] == FULL_LEAD["customFields"] and after["isTest"] is True
     assert after["submissions"][0] == submissions[0]
+
+
+class _Thing(Model):
+    """Keyword-only like every record: a required field may follow one with a default."""
+
+    thing_id: str
+    note: str | None = None
+    tags: list[str] = []
+    made_at: str
+    done: bool = False
+
+
+def test_a_record_type_with_required_fields_after_defaults_packs_and_unpacks():
+    docs = PackedDocs(_Thing, ("thing_id", "done"))
+    thing = _Thing(thing_id="t1", note=None, tags=["a"], made_at="2026-11-21T00:00:00.000Z", done=True)
+    packed = docs.pack(thing)
+    assert b"t1" not in packed and b"note" not in packed  # columns and defaults stay out
+    assert docs.unpack(("t1", 1, packed)) == thing
+    assert docs.json_of(("t1", 1, packed)) == msgspec.json.encode(thing)
+    assert docs.unpack(("t1", 1, msgspec.json.encode(thing))) == thing  # a row of an earlier version

@@ -220,7 +220,7 @@ class DeliveryWorker:
                 allow_private_addresses=self.runtime.config.delivery.allow_private_addresses)
             try:
                 async with asyncio.timeout(float(endpoint.timeout_seconds) + DEADLINE_MARGIN):
-                    result = await adapter.deliver(request, http)
+                    result = _checked(await adapter.deliver(request, http), endpoint.adapter)
             except TimeoutError:
                 result = DeliveryResult(outcome="error", reason="delivery deadline passed")
             except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
@@ -434,3 +434,13 @@ def run_intake_action(registry: Any, campaign: Campaign, lead: LeadRecord, submi
         config=msgspec.to_builtins(config) if config is not None else {}))
     for error in errors:
         log.error("intake action %s for %s: %s", action, lead.lead_id, error)
+
+
+def _checked(result: Any, adapter: str) -> DeliveryResult:
+    """An adapter's answer with the types it declares: a plugin builds its DeliveryResult
+    unchecked (or returns something else), and a wrong type stored on the submission would
+    break every later read of it. Such an answer is a retryable error of the adapter."""
+    try:
+        return msgspec.convert(msgspec.to_builtins(result), DeliveryResult)
+    except (msgspec.ValidationError, TypeError) as exc:
+        return DeliveryResult(outcome="error", reason=f"adapter {adapter!r} returned an invalid result: {exc}")

@@ -10,7 +10,9 @@ Rows written before, and records MessagePack cannot carry (integers beyond 64 bi
 bodies may hold), are the whole record as JSON: `unpack` and `json_of` tell them by their first
 byte, `{`, which no packed document starts with (MessagePack maps start with 0x80-0x8f or
 0xde-0xdf). The API serves documents as JSON either way. SQL's JSON functions cannot read packed
-documents: a migration that needs a field of them reads the rows in Python."""
+documents: a migration that needs a field of them reads the rows in Python. A field's default is
+part of the format (omitted values read back as today's default), so changing a default needs a
+migration that writes the old one into the rows that omitted it."""
 
 from __future__ import annotations
 
@@ -38,15 +40,18 @@ class PackedDocs(Generic[R]):
         unknown = [name for name in columns if name not in names]
         if unknown:
             raise ValueError(f"{record_type.__name__} has no field {unknown[0]}")
-        kept = [field for field in fields if field.name not in columns]
-        positions = [i for i, field in enumerate(fields) if field.name not in columns]
+        # Required fields first: the packed struct is built positionally, and a required field
+        # may not follow one with a default there (the record types are keyword-only).
+        kept_positions = sorted((i for i, field in enumerate(fields) if field.name not in columns),
+                                key=lambda i: not fields[i].required)
+        kept = [fields[i] for i in kept_positions]
         self._record_type = record_type
         self._columns = tuple(columns)
         self._booleans = frozenset(field.name for field in fields if field.type is bool and field.name in columns)
         self._kept_names = tuple(field.name for field in kept)
         # Built positionally from the record's values: half the cost of keywords on the submit path.
-        self._kept_values = operator.itemgetter(*positions) if len(positions) > 1 \
-            else lambda values: (values[positions[0]],)
+        self._kept_values = operator.itemgetter(*kept_positions) if len(kept_positions) > 1 \
+            else lambda values: (values[kept_positions[0]],)
         self._stored_type = msgspec.defstruct(
             f"Packed{record_type.__name__}",
             [(field.name, field.type, _default(field)) for field in kept],
