@@ -125,7 +125,8 @@ def update_submission(conn: apsw.Connection, tenant_id: str, submission: Submiss
 
 def get_submission(conn: apsw.Connection, tenant_id: str, submission_id: str) -> Submission | None:
     found = conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
+        (submission_id, tenant_id)
     ).fetchone()
     return _SUBMISSIONS.unpack(found) if found else None
 
@@ -226,8 +227,8 @@ _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_clie
 
 
 def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
-    """One page of leads as (leadId, JSON document), newest first; ids are time-ordered, so date bounds and
-    the cursor are id bounds.
+    """One page of leads as (leadId, JSON document), newest first; ids are time-ordered, so date
+    bounds and the cursor are id bounds.
 
     Plans that stay good without planner statistics: a name search looks its FTS matches (every
     tenant's) up when they are few and otherwise walks the tenant's leads newest first keeping
@@ -300,7 +301,8 @@ def submission_docs_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> l
 
 def submission_doc(conn: apsw.Connection, tenant_id: str, submission_id: str) -> bytes | None:
     found = conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?", (submission_id, tenant_id)
+        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
+        (submission_id, tenant_id)
     ).fetchone()
     return _SUBMISSIONS.json_of(found) if found else None
 
