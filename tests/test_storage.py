@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from contextlib import closing
 
 import apsw
 import pytest
@@ -33,8 +34,7 @@ def test_migrations_are_recorded_and_run_twice_changes_nothing(tmp_path):
 
 
 def test_group_commit_isolates_a_failing_unit(tmp_path):
-    db = Database(tmp_path / "g.db").open()
-    try:
+    with Database(tmp_path / "g.db") as db:
         db.write_sync(lambda c: c.execute("CREATE TABLE t (v INTEGER UNIQUE)"))
         results: list = []
 
@@ -53,8 +53,6 @@ def test_group_commit_isolates_a_failing_unit(tmp_path):
         assert sorted(r for r in results if r != "dup") == list(range(50))
         assert results.count("dup") == 50
         assert db.rows("SELECT count(*) FROM t") == [(50,)]
-    finally:
-        db.close()
 
 
 def _as_one_group(db, calls):
@@ -80,8 +78,7 @@ def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_
     """One group (the writer is held until every unit is queued): the failing unit's writes are
     gone, every other unit's writes are there exactly once, and each caller gets its own answer.
     A unit that may refuse fails alone; any other failure sends the group round again."""
-    db = Database(tmp_path / "g.db").open()
-    try:
+    with Database(tmp_path / "g.db") as db:
         db.write_sync(lambda c: c.execute("CREATE TABLE t (v INTEGER)"))
         runs: list[int] = []
 
@@ -109,16 +106,13 @@ def test_a_group_with_a_failing_unit_commits_each_other_unit_once(tmp_path, may_
         assert answers == {0: 0, 1: "refused", 2: 1, 3: 2}
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,)]
         assert sorted(runs) == ([0, 1, 2] if may_refuse else [0, 0, 1, 2])  # the first unit ran twice
-    finally:
-        db.close()
 
 
 def test_a_large_group_the_database_rolls_back_unit_after_unit_answers_every_caller(tmp_path):
     """A full disk rolls the transaction back inside each unit, so the group goes round again
     for every unit: each of 500 callers still gets its error, none waits forever, and the
     writer lives on."""
-    db = Database(tmp_path / "full.db").open()
-    try:
+    with Database(tmp_path / "full.db") as db:
         db.write_sync(lambda c: c.execute("CREATE TABLE t (v BLOB)"))
         release, held = threading.Event(), threading.Event()
 
@@ -145,15 +139,12 @@ def test_a_large_group_the_database_rolls_back_unit_after_unit_answers_every_cal
         db.write_sync(lambda c: c.execute("PRAGMA max_page_count=1073741823"))
         db.write_sync(lambda c: c.execute("INSERT INTO t VALUES (1)"))
         assert db.rows("SELECT count(*) FROM t") == [(1,)]
-    finally:
-        db.close()
 
 
 def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
     """A deferred foreign key left broken makes COMMIT fail: the group goes round unit by unit,
     the commit fails again, and every caller hears so; nothing of the group is kept."""
-    db = Database(tmp_path / "c.db").open()
-    try:
+    with Database(tmp_path / "c.db") as db:
         db.write_sync(lambda c: c.execute(
             "CREATE TABLE p (id INTEGER PRIMARY KEY);"
             " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)"))
@@ -169,8 +160,6 @@ def test_a_commit_that_fails_answers_every_unit_of_the_group(tmp_path):
         _as_one_group(db, [lambda u=u: call(u) for u in units])
         assert len(answers) == 2 and all("commit failed" in str(a) for a in answers)
         assert db.rows("SELECT count(*) FROM p") == [(0,)]
-    finally:
-        db.close()
 
 
 def test_unreadable_database_is_a_clear_error(tmp_path):
@@ -207,8 +196,7 @@ def _failing(conn):
 def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, may_refuse):
     """Writes awaited together on one loop form one group run on the loop. A unit that may refuse
     fails alone; any other failure sends the group to the writer thread, unit by unit."""
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         runs: list[int] = []
         threads: list[str] = []
         units = [_inserting(0, runs, threads), _failing, _inserting(1, runs, threads), _inserting(2, runs, threads)]
@@ -225,14 +213,12 @@ def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, 
             assert sorted(runs) == [0, 1, 2] and set(threads) == {threading.current_thread().name}
         else:  # the units before the failing one ran more than once, the later runs on the writer thread
             assert set(runs) == {0, 1, 2} and runs.count(0) > 1 and "appliance-writer" in threads
-    finally:
-        db.close()
 
 
 def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
-    db = _table(tmp_path, sql="CREATE TABLE p (id INTEGER PRIMARY KEY);"
-                              " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
-    try:
+    sql = ("CREATE TABLE p (id INTEGER PRIMARY KEY);"
+           " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
+    with closing(_table(tmp_path, sql=sql)) as db:
         async def together():
             return await asyncio.gather(db.write(lambda c: c.execute("INSERT INTO p VALUES (1)")),
                                         db.write(lambda c: c.execute("INSERT INTO k VALUES (7)")),
@@ -242,15 +228,12 @@ def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
         assert all("commit failed" in str(a) for a in answers)
         assert db.rows("SELECT count(*) FROM p") == [(0,)]
         assert db.write_sync(lambda c: c.execute("INSERT INTO p VALUES (2)") and 2) == 2  # the writer lives on
-    finally:
-        db.close()
 
 
 def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path):
     """A thread's write holds the write connection: the loop's units go to the writer thread
     and are committed after it, each once."""
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         release, held = threading.Event(), threading.Event()
         hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
         hold.start()
@@ -268,15 +251,12 @@ def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path):
         hold.join(10)
         assert sorted(runs) == [0, 1, 2, 3, 4]
         assert db.rows("SELECT count(*) FROM t") == [(5,)]
-    finally:
-        db.close()
 
 
 def test_a_long_unit_written_off_the_loop_leaves_the_loop_running(tmp_path):
     """write_off_loop runs its unit on the writer thread: the loop ticks, and its own writes
     commit after the long unit, each once."""
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         threads: list[str] = []
         runs: list[int] = []
 
@@ -301,15 +281,12 @@ def test_a_long_unit_written_off_the_loop_leaves_the_loop_running(tmp_path):
         assert threads == ["appliance-writer"] and long_answer == "long" and short_answers == [0, 1, 2]
         assert ticks >= 8 and sorted(runs) == [0, 1, 2]  # a blocked loop would have ticked once or twice
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,), (100,)]
-    finally:
-        db.close()
 
 
 def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_path):
     """Another connection (another process: the CLI) holds the database's write lock: the loop
     keeps running, and the write lands once the lock is free."""
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         other = apsw.Connection(str(tmp_path / "loop.db"))
         other.execute("BEGIN IMMEDIATE")
 
@@ -327,8 +304,6 @@ def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_
         assert ticks >= 10 and answer == 1  # a blocked loop would have ticked once or twice
         assert db.rows("SELECT count(*) FROM t") == [(1,)]
         other.close()
-    finally:
-        db.close()
 
 
 def test_a_write_after_close_is_a_storage_error(tmp_path):
@@ -339,8 +314,7 @@ def test_a_write_after_close_is_a_storage_error(tmp_path):
 
 
 def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path):
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         seen: list[int] = []
 
         def count_then_insert(conn):
@@ -359,15 +333,12 @@ def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path):
         assert first == 1 and ran_on == threading.current_thread().name
         assert seen == [1]  # the second group started after the first was committed
         assert db.rows("SELECT v FROM t ORDER BY v") == [(1,), (2,)]
-    finally:
-        db.close()
 
 
 def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path):
     """Threads' writes (CLI, tests) and a loop's groups share the one connection; neither waits
     for the other forever."""
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         stop = threading.Event()
         counts = [0] * 3
 
@@ -397,8 +368,6 @@ def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path):
         assert groups > 10 and all(counts) and not any(t.is_alive() for t in threads)
         assert db.rows("SELECT count(*) FROM t WHERE v = 1") == [(3 * groups,)]
         assert db.rows("SELECT count(*) FROM t WHERE v = 0") == [(sum(counts),)]
-    finally:
-        db.close()
 
 
 def test_close_from_another_thread_lets_the_running_loop_group_commit(tmp_path):
@@ -435,8 +404,7 @@ def test_close_from_another_thread_lets_the_running_loop_group_commit(tmp_path):
 
 
 def test_a_loop_that_closes_while_its_group_commits_leaves_later_loops_their_own_path(tmp_path):
-    db = _table(tmp_path)
-    try:
+    with closing(_table(tmp_path)) as db:
         async def fire_and_forget():
             asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(db.write(lambda c: c.execute(
                 "INSERT INTO t VALUES (1)"))))
@@ -452,5 +420,3 @@ def test_a_loop_that_closes_while_its_group_commits_leaves_later_loops_their_own
         for _ in range(3):
             assert asyncio.run(later()) == 1
         assert ran_on[-1] == threading.current_thread().name  # on the loop again, not the writer thread
-    finally:
-        db.close()
