@@ -144,28 +144,27 @@ class Database:
         if self._closed:
             raise StorageError("the database is closed")
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
         pending = self._loop_writes
         if pending is None or pending.loop is not loop:
             if pending is not None and (pending.units or pending.committing) and not pending.loop.is_closed():
                 # Another loop's group is under way (tests run one loop after another): this
                 # unit takes the writer thread's path.
-                self._queue.put((fn, future, may_refuse))
-                return await future
+                return await self.write_off_loop(fn, may_refuse=may_refuse)
             pending = self._loop_writes = _LoopWrites(loop)
+        future = loop.create_future()
         pending.units.append((fn, future, may_refuse))
         if not pending.scheduled and not pending.committing:
             pending.scheduled = True
             loop.call_soon(self._run_on_loop, pending)
         return await future
 
-    async def write_off_loop(self, fn: WriteFn[T]) -> T:
+    async def write_off_loop(self, fn: WriteFn[T], *, may_refuse: bool = False) -> T:
         """`write` for a long unit (the activity log's batch of a second): it runs on the writer
         thread, so the event loop goes on answering requests meanwhile."""
         if self._closed:
             raise StorageError("the database is closed")
         future = asyncio.get_running_loop().create_future()
-        self._queue.put((fn, future, False))
+        self._queue.put((fn, future, may_refuse))
         return await future
 
     def write_sync(self, fn: WriteFn[T], *, may_refuse: bool = False) -> T:
