@@ -1,4 +1,6 @@
-"""POST /api/v1/leads/{leadId}/approve: the transitions of interface 3 and CONTRACT 4 step 6."""
+"""POST /api/v1/leads/{leadId}/approve: the transitions of interface 3 and CONTRACT 4 step 6.
+Decisions on one lead are serialized by the one writer: each reads the lead inside its own write
+unit. What a decision does is decided in appliance/domain/approval."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
+from appliance.domain.approval import starts_delivery, status_after_decision
 from appliance.domain.lead import Approval, ApprovalStatus
 from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
@@ -42,17 +45,15 @@ async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str
         approval = Approval(status=body.status, campaign_id=lead.approval.campaign_id, decided_at=now,
                             decided_by=decided_by, reason=body.reason)
         submission = lead_store.latest_submission(conn, tenant_id, lead_id)
-        status = lead.status
-        if body.status == "approved" and lead.status == "pending_action":
-            status = "qualified"
-        elif body.status == "rejected":
-            status = "rejected"
-        elif body.status == "pending" and lead.status in ("rejected", "qualified", "queued"):
-            status = "pending_action"  # a delivered lead stays delivered
+        status = status_after_decision(lead.status, body.status)
         if submission is not None:
-            if status != lead.status:
-                lead_store.cancel_open_jobs(conn, submission.submission_id, now)
-            if status == "qualified":
+            if status in ("pending_action", "rejected") and status != lead.status:
+                # A delivery already under way cannot be called back: it finishes and is recorded
+                # as it went. A retry it schedules waits on the decision (the worker checks).
+                lead_store.cancel_waiting_jobs(conn, submission.submission_id, now)
+            delivered = submission.delivery is not None and submission.delivery.success
+            if starts_delivery(status, lead.status, delivered=delivered,
+                               delivery_open=lead_store.has_open_job(conn, submission.submission_id, "deliver")):
                 lead_store.insert_job(conn, tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
                                       submission_id=submission.submission_id, due_at=now, now=now)
             submission = msgspec.structs.replace(

@@ -19,7 +19,7 @@ from appliance.domain.constraints import campaign_zone
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
 from appliance.domain.lead import LeadRecord, QualificationOutcome, Submission
 from appliance.domain.pipeline import (
-    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot,
+    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
@@ -61,28 +61,34 @@ def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None,
     return checks
 
 
-def _resolve_source(campaign: Campaign, principal: KeyRecord) -> IngestionSource | None:
+def _resolve_campaign(settings: TenantSettings, campaign_id: str,
+                      principal: KeyRecord) -> tuple[Campaign, IngestionSource | None]:
+    """The campaign a body names and, for a source key, its source. A source key may submit only
+    to usable campaigns that have its source (CONTRACT 2): anything else is a 403, whether the
+    campaign is another's, unknown or inactive, so the key learns nothing of what exists."""
     if principal.kind != "source":
-        return None
-    source = next((s for s in campaign.ingestion.sources if s.source_id == principal.source_id), None)
-    if source is None or not source.active:
+        return settings.usable_campaign(campaign_id), None
+    campaign = settings.campaigns.get(campaign_id)
+    source = None if campaign is None or not usable(campaign) else next(
+        (s for s in campaign.ingestion.sources if s.source_id == principal.source_id), None)
+    if campaign is None or source is None or not source.active:
         raise Forbidden(message="This source key may not submit to this campaign")
-    return source
+    return campaign, source
 
 
 async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead,
                  registry: Registry) -> SubmitResult:
     tenant_id = principal.tenant_id
-    intake = settings.usable_campaign(body.campaign_id)
-    source = _resolve_source(intake, principal)
+    intake, source = _resolve_campaign(settings, body.campaign_id, principal)
     now_dt = runtime.clock.now()
     now, today = iso(now_dt), now_dt.date()
 
     existing = None
     if body.lead_id is not None:
         existing = lead_store.get_lead(runtime.db.reader(), tenant_id, body.lead_id)
-        # A source key may only resubmit its own source's leads: others are unknown to it.
-        if existing is None or (source is not None and existing.source_id != source.source_id):
+        if source is not None and (existing is None or existing.source_id != source.source_id):
+            raise Forbidden(message="This source key may only resubmit leads of its own source")
+        if existing is None:
             raise ValidationFailed(["leadId: unknown lead"])
     lead, problems = build_lead(body, lead_id=existing.lead_id if existing else new_id("lead"), existing=existing,
                                 labels=settings.labels, region=runtime.config.defaults.region, now=now)

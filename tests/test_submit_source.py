@@ -67,11 +67,19 @@ def test_imported_source_api_key_works_like_a_source_key(api, runtime):
     submit(api, "imported-web-key-0123456789abcdef", person("SC2"), expect=403)
 
 
-def test_source_key_of_one_tenant_cannot_reach_another_tenants_campaign(api, runtime):
-    tenant = setup_tenant(runtime, with_sources("SC1", source("web")))
+def test_source_key_outside_its_campaigns_is_forbidden_whether_they_exist_or_not(api, runtime):
+    # CONTRACT 2: a source key submits only to campaigns that have its source. Another tenant's
+    # campaign, an unknown one and an inactive one of its own tenant answer alike, so the key
+    # learns nothing of what exists elsewhere.
+    tenant = setup_tenant(runtime, with_sources("SC1", source("web")),
+                          with_sources("SC3", source("web"), active=False))
     setup_tenant(runtime, with_sources("OC1", source("web")), name="Other")
     key = source_key(runtime, tenant, "web")
-    response = submit(api, key, person("OC1"), expect=400)
+    answers = [submit(api, key, person(code), expect=403).json() for code in ("OC1", "NOPE", "SC3")]
+    assert answers[0] == answers[1] == answers[2]
+    assert answers[0]["error"]["code"] == "FORBIDDEN"
+    # a tenant key still gets the field-named VALIDATION_ERROR
+    response = submit(api, tenant, person("OC1"), expect=400)
     assert response.json()["error"]["details"] == ["campaignId: unknown campaign"]
 
 
@@ -81,10 +89,10 @@ def test_source_key_may_resubmit_only_its_own_leads(api, runtime):
     own = accepted(api, web, person())["leadId"]
     by_tenant_key = accepted(api, tenant, person())["leadId"]
     assert accepted(api, web, {"leadId": own, "campaignId": "SC1"})["leadId"] == own
-    for other in (by_tenant_key, own):
-        key = web if other == by_tenant_key else partner
-        response = submit(api, key, {"leadId": other, "campaignId": "SC1"}, expect=400)
-        assert response.json()["error"]["details"] == ["leadId: unknown lead"]
+    for other in (by_tenant_key, own, "lead_00000000000000000000000000"):
+        key = partner if other == own else web
+        response = submit(api, key, {"leadId": other, "campaignId": "SC1"}, expect=403)
+        assert response.json()["error"]["code"] == "FORBIDDEN"
     assert read_lead(api, runtime, tenant, own)["sourceId"] == "web"
 
 

@@ -3,6 +3,7 @@ and responses encoded once into the success envelope."""
 
 from __future__ import annotations
 
+import codecs
 import re
 from itertools import accumulate
 from typing import Any, TypeVar
@@ -11,7 +12,7 @@ import msgspec
 from litestar import Request, Response
 
 from appliance.errors import JSON, ValidationFailed, UnsupportedMediaType
-from appliance.model import describe_validation_error
+from appliance.model import describe_validation_error, join_path
 
 T = TypeVar("T")
 MAX_BODY = 1024 * 1024  # request bodies (CONTRACT 1: 413 above it)
@@ -75,8 +76,45 @@ def decode_json(body: bytes, kind: type[T]) -> T:
         raise ValidationFailed([describe_validation_error(exc)]) from None
     except msgspec.DecodeError as exc:
         raise ValidationFailed([f"body: malformed JSON ({exc})"]) from None
+    except UnicodeDecodeError:  # msgspec raises it for bad UTF-8 inside a string
+        raise ValidationFailed([f"{bad_utf8_path(body)}: must be valid UTF-8 text"]) from None
     except RecursionError:  # not reached under MAX_DEPTH; kept so nesting can never be a 500
         raise ValidationFailed([f"body: nested deeper than {MAX_DEPTH} levels"]) from None
+
+
+# Stands in for each invalid UTF-8 sequence while the body is decoded again to find where it was:
+# a noncharacter, so a body may carry it but no one has a reason to send it.
+_BAD_BYTES_MARK = "\U0010ffff"
+codecs.register_error("appliance-mark-bad-bytes", lambda exc: (_BAD_BYTES_MARK, exc.end))
+
+
+def bad_utf8_path(body: bytes) -> str:
+    """The field path of the first string (a value or a key) that holds invalid UTF-8, or
+    `body` when the text around it is not JSON either. Only on the error path."""
+    try:
+        document = msgspec.json.decode(body.decode("utf-8", "appliance-mark-bad-bytes").encode())
+    except (msgspec.DecodeError, RecursionError):
+        return "body"
+    found = _path_of_mark(document, "")
+    return found or "body"
+
+
+def _path_of_mark(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if _BAD_BYTES_MARK in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if _BAD_BYTES_MARK in key:
+                return f"{path or 'body'} (a key)"
+            found = _path_of_mark(item, join_path(path, key))
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _path_of_mark(item, f"{path}[{i}]")
+            if found is not None:
+                return found
+    return None
 
 
 def query_int(request: Request, name: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:

@@ -17,6 +17,7 @@ import httpx
 import msgspec
 
 from appliance.clock import iso
+from appliance.domain.approval import holds_delivery
 from appliance.domain.campaign import Campaign
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
 from appliance.domain.endpoint import DeliveryEndpoint
@@ -188,6 +189,9 @@ class DeliveryWorker:
             now = iso(self.runtime.clock.now())
             await db.write(lambda conn: jobs.finish(conn, job.job_id, "dead", now, "lead or submission missing"))
             return
+        if holds_delivery(attempt.lead.approval, attempt.lead.status):
+            await db.write(lambda conn: self._wait_for_decision(conn, job))
+            return
         settings, now = attempt.settings, attempt.now
         campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
         if campaign is None:
@@ -226,6 +230,17 @@ class DeliveryWorker:
             except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {type(exc).__name__}")
         await self._record(attempt, reserved, result, endpoint)
+
+    def _wait_for_decision(self, conn: apsw.Connection, job: jobs.Job) -> None:
+        """A job whose lead an open or refused approval holds (a retry scheduled before the decision)
+        ends here unsent; the decision that clears the lead schedules its delivery again. Read in
+        the write unit, so a decision committed since the job was loaded is seen."""
+        now = iso(self.runtime.clock.now())
+        lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+        if lead is not None and holds_delivery(lead.approval, lead.status):
+            jobs.finish(conn, job.job_id, "cancelled", now, "waiting on the lead's approval")
+        else:
+            jobs.reschedule(conn, job.job_id, now, now, keep_attempts=True)
 
     def _delivery_time_problem(self, attempt: Attempt, campaign: Campaign) -> str | None:
         """`appliesAt: delivery` rules and the TCPA delivery policy, just before sending."""

@@ -167,6 +167,23 @@ def cancel_open_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int
     return conn.changes()
 
 
+def cancel_waiting_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int:
+    """Cancel the submission's jobs that have not started; a running one goes on."""
+    conn.execute(
+        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ? AND state IN ('ready', 'held')",
+        (now, submission_id),
+    )
+    return conn.changes()
+
+
+def has_open_job(conn: apsw.Connection, submission_id: str, kind: str) -> bool:
+    """Whether a job of `kind` for the submission waits or runs."""
+    return conn.execute(
+        "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state IN ('ready', 'held', 'running') LIMIT 1",
+        (submission_id, kind),
+    ).fetchone() is not None
+
+
 def jobs_of(conn: apsw.Connection, submission_id: str) -> list[tuple[str, str, str]]:
     return conn.execute(
         "SELECT kind, state, due_at FROM jobs WHERE submission_id = ? ORDER BY job_id", (submission_id,)

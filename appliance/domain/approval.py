@@ -1,0 +1,37 @@
+"""What a human decision (interface 4.6, CONTRACT 4 step 6) does to a lead and its delivery.
+
+A decision governs a delivery not yet made. Once a lead has been delivered, or has otherwise left
+the statuses an approval holds it in, a decision is recorded and changes nothing else: `pending`
+and `rejected` never make a delivered lead repostable or send it again, and `approved` never
+starts a second delivery of a submission whose delivery succeeded or is under way."""
+
+from __future__ import annotations
+
+from appliance.domain.lead import Approval, ApprovalStatus
+
+# The statuses of a lead whose delivery an approval still governs: held, cleared and waiting to
+# be sent, waiting for a window, or refused.
+GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejected"})
+
+
+def status_after_decision(lead_status: str, decision: ApprovalStatus) -> str:
+    if lead_status not in GOVERNED_STATUSES:
+        return lead_status
+    if decision == "approved":
+        return "qualified" if lead_status == "pending_action" else lead_status
+    if decision == "rejected":
+        return "rejected"
+    return "pending_action"
+
+
+def holds_delivery(approval: Approval | None, lead_status: str) -> bool:
+    """Whether a delivery job of the lead must not send now: its approval is open or refused and
+    the lead waits on it."""
+    return (approval is not None and approval.status in ("pending", "rejected")
+            and lead_status in ("pending_action", "rejected"))
+
+
+def starts_delivery(new_status: str, old_status: str, *, delivery_open: bool, delivered: bool) -> bool:
+    """Whether a decision that left the lead at `new_status` schedules its submission's delivery:
+    only when it cleared a held lead, and never beside an open delivery job or after a success."""
+    return new_status == "qualified" and old_status != "qualified" and not delivery_open and not delivered
