@@ -15,6 +15,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from appliance.model import Model
+from appliance.private_paths import private_folder
 
 _TAG = 16
 
@@ -37,7 +38,7 @@ def _b64(data: bytes) -> str:
 
 def ensure_master_key(path: Path) -> bool:
     """Create the master key file (mode 0600) unless it exists; True when created."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_folder(path.parent)
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from appliance.clock import Clock
 from appliance.config import Config
 from appliance.crypto import SecretBox, ensure_master_key, load_master_key
+from appliance.private_paths import private_folder
 from appliance.storage.activity import ActivityRow
 from appliance.storage.db import Database
 
@@ -27,7 +28,7 @@ class Runtime:
 def initialize(config: Config) -> tuple[bool, bool]:
     """`appliance init`: data dir, master key, database with migrations. Safe to repeat.
     Returns (master key created, database created)."""
-    config.data_dir.mkdir(parents=True, exist_ok=True)
+    private_folder(config.data_dir)
     created_key = ensure_master_key(config.master_key_path)
     created_db = not config.database_file.exists()
     Database(config.database_file, synchronous=config.storage.synchronous).open().close()

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import apsw
 
+from appliance.private_paths import private_file
 from appliance.storage import migrations
 from appliance.storage.change_signal import ChangeSignal, open_signal
 
@@ -82,7 +83,10 @@ class Database:
 
     def open(self) -> "Database":
         self._closed = False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            private_file(self.path)
+        except OSError as exc:
+            raise StorageError(f"cannot create database {self.path}: {exc.strerror}") from None
         try:
             conn = apsw.Connection(str(self.path))
             _configure(conn, self.synchronous)
@@ -438,6 +442,10 @@ class Database:
     def backup_to(self, dest: Path) -> None:
         """SQLite online backup: a consistent copy while the service keeps writing. One step copies
         every page inside one read transaction, so concurrent commits cannot restart it."""
+        try:
+            private_file(dest)
+        except OSError as exc:
+            raise StorageError(f"cannot write backup {dest}: {exc.strerror}") from None
         target = apsw.Connection(str(dest))
         try:
             with target.backup("main", self.reader(), "main") as backup:
