@@ -19,7 +19,7 @@ from msgspec.structs import replace
 
 from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
-from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.endpoint import DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.model import Model, describe_validation_error, join_path
 
@@ -54,7 +54,8 @@ def source_key_ref(campaign_id: str, source_id: str) -> str:
     return f"source:{campaign_id}:{source_id}:apiKey"
 
 
-def endpoint_secret_ref(endpoint_id: str, field: Literal["auth.password", "auth.token"]) -> str:
+def endpoint_secret_ref(endpoint_id: str, field: str) -> str:
+    """`field`: one of domain.endpoint's credential fields (auth.token, headers.<name>, url.userinfo...)."""
     return f"endpoint:{endpoint_id}:{field}"
 
 
@@ -347,10 +348,9 @@ def split_secrets(bundle: TenantBundle) -> tuple[TenantBundle, dict[str, str]]:
 
     endpoints = []
     for e in bundle.delivery_endpoints:
-        if e.auth is not None:
-            take(endpoint_secret_ref(e.delivery_endpoint_id, "auth.password"), e.auth.password)
-            take(endpoint_secret_ref(e.delivery_endpoint_id, "auth.token"), e.auth.token)
-            e = replace(e, auth=replace(e.auth, password=None, token=None))
+        e, credentials = split_credentials(e)
+        for field, value in credentials.items():
+            take(endpoint_secret_ref(e.delivery_endpoint_id, field), value)
         endpoints.append(e)
 
     sms = bundle.sms

@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from appliance.adapters.twilio import http_client, scrub
+from appliance.adapters.outbound import Scrubber, http_client
 from appliance.clock import iso
 from appliance.domain.lead import JourneyEvent
 from appliance.domain.pixel_payloads import event_id as stable_event_id
@@ -127,25 +127,15 @@ async def fire(runtime: Runtime, registry: Registry, tenant_id: str, body: FireB
             event_time=int(moment.timestamp()), lead=msgspec.to_builtins(lead), value=body.event_value,
             currency=body.currency, action_source=body.action_source, test_event_code=body.test_event_code,
             base_url=base_url, settings=settings))
-        reason = None if result.success else scrub(result.reason or "the platform did not accept the event",
-                                                   [token or ""])
+        scrubber = Scrubber([token])
+        reason = None if result.success else scrubber(result.reason or "the platform did not accept the event")
         answer = msgspec.structs.replace(answer, success=result.success, reason=reason)
         details["success"] = result.success
         if result.response:
-            details["response"] = _scrubbed(result.response, [token or ""])
+            details["response"] = scrubber.value(result.response)
     journey = JourneyEvent(timestamp=now, type="pixel_fire", reason=reason, details=details)
     await runtime.db.write(lambda conn: _record(conn, tenant_id, lead.lead_id, journey, now))
     return answer
-
-
-def _scrubbed(value: Any, secret_values: list[str]) -> Any:
-    if isinstance(value, str):
-        return scrub(value, secret_values)
-    if isinstance(value, dict):
-        return {str(k): _scrubbed(v, secret_values) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_scrubbed(v, secret_values) for v in value]
-    return value if isinstance(value, (int, float, bool)) or value is None else str(value)
 
 
 def _record(conn: Any, tenant_id: str, lead_id: str, journey: JourneyEvent, now: str) -> None:

@@ -31,7 +31,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.adapters import netguard
-from appliance.adapters.twilio import http_client, scrub
+from appliance.adapters.outbound import Scrubber, http_client
 from appliance.clock import iso
 from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
@@ -210,13 +210,14 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
     interaction_id = await runtime.db.write(open_unit, may_refuse=True)
     result = await _deliver(runtime, registry, plan, body.message)
     status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
-    reason = None if result.accepted else scrub(result.reason or "the provider did not accept the message",
-                                                [v for k, v in plan.credentials.items() if k != "accountSid"])
-    provider_message_id = (result.provider_message_id or None) if result.accepted else None
+    secret_values = [v for k, v in plan.credentials.items() if k != "accountSid"]
+    scrubber = Scrubber(secret_values, [(plan.credentials.get("accountSid"), v) for v in secret_values])
+    reason = None if result.accepted else scrubber(result.reason or "the provider did not accept the message")
+    provider_message_id = scrubber(result.provider_message_id or None) if result.accepted else None
     finished = iso(runtime.clock.now())
     await runtime.db.write(lambda conn: store.finish_message(
         conn, tenant_id, message_id, status=status, provider_message_id=provider_message_id,
-        provider_status=result.status, reason=reason, now=finished))
+        provider_status=scrubber(result.status), reason=reason, now=finished))
     if not result.accepted:
         raise ProviderError([reason or "", f"messageId: {message_id} stored with status {status}"])
     return SmsSendResult(

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 import msgspec
 
 from appliance import apikeys
-from appliance.bundle import TenantBundle, load_bundle, split_secrets
+from appliance.adapters import netguard
+from appliance.bundle import BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets
 from appliance.clock import iso
+from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
 from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.runtime import Runtime
 from appliance.storage import catalog, secrets, tenants
@@ -110,7 +112,13 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_endpoints=frozenset(catalog.doc_ids(reader, catalog.DELIVERY_ENDPOINTS, tenant_id)),
         known_campaigns=frozenset(catalog.campaign_ids(reader, tenant_id)),
     )
+    unsendable = _unsendable_urls(bundle)
+    if unsendable:
+        raise BundleError(unsendable)
     bundle, plaintexts = split_secrets(bundle)
+    unstored = _sealed_without_secret(reader, tenant_id, bundle, plaintexts)
+    if unstored:
+        raise BundleError(unstored)
     sealed = {ref: runtime.box.seal_bytes(plain, f"{tenant_id}/{ref}") for ref, plain in plaintexts.items()}
     source_keys = [
         (ref.split(":")[2], plain) for ref, plain in plaintexts.items()
@@ -155,6 +163,32 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         "deliveryEndpoints": len(bundle.delivery_endpoints), "pixels": len(bundle.pixels),
         "sms": int(bundle.sms is not None), "secrets": len(sealed),
     }
+
+
+def _unsendable_urls(bundle: TenantBundle) -> list[str]:
+    """URLs the outbound clients would refuse on every attempt, whatever the configuration."""
+    urls = [(f"deliveryEndpoints[{i}].url", e.url) for i, e in enumerate(bundle.delivery_endpoints)]
+    if bundle.sms is not None:
+        urls += [(f"sms.providers[{i}].baseUrl", p.base_url) for i, p in enumerate(bundle.sms.providers)]
+    problems = []
+    for where, url in urls:
+        reason = netguard.unsendable_reason(url) if url else None
+        if reason:
+            problems.append(f"{where}: can never be sent ({reason.removeprefix('destination refused: ')})")
+    return problems
+
+
+def _sealed_without_secret(conn, tenant_id: str, bundle: TenantBundle, plaintexts: dict[str, str]) -> list[str]:
+    """`***` in an endpoint keeps the credential stored before (an export shows them so); where
+    none is stored, the endpoint could never be sent."""
+    problems = []
+    for i, endpoint in enumerate(bundle.delivery_endpoints):
+        for field in sealed_fields(endpoint):
+            ref = endpoint_secret_ref(endpoint.delivery_endpoint_id, field)
+            if field not in AUTH_FIELDS and ref not in plaintexts and secrets.get_sealed(conn, tenant_id, ref) is None:
+                problems.append(f"deliveryEndpoints[{i}].{field}: is {SEALED}, which keeps a stored credential, "
+                                "and none is stored; give the value")
+    return problems
 
 
 def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:

@@ -242,18 +242,15 @@ def test_xml_names() -> None:
     ({"type": "bearer"}, {"auth.token": SECRET}, "authorization", f"Bearer {SECRET}"),
     ({"type": "header", "headerName": "X-Api-Key"}, {"auth.token": SECRET}, "x-api-key", SECRET),
 ])
-def test_auth_credentials_arrive_and_never_leak(buyer: BuyerServer, auth: dict, secrets: dict, header: str,
-                                               expected: str) -> None:
-    # The buyer echoes the credential back; it must not come out in any result field.
-    buyer.route("/auth", status=400, body={"error": f"bad credential {SECRET}", "token": SECRET, "code": "E1"})
-    endpoint = make_endpoint(buyer.url("/auth"), auth=auth,
-                             responseRules={"messagePath": "error", "clientLeadIdPath": "token"})
+def test_auth_credentials_arrive(buyer: BuyerServer, auth: dict, secrets: dict, header: str, expected: str) -> None:
+    # That an echo of them never comes out is the worker's part, for every adapter alike
+    # (tests/test_credential_echo.py).
+    buyer.route("/auth", status=400, body={"error": "bad credential", "code": "E1"})
+    endpoint = make_endpoint(buyer.url("/auth"), auth=auth, responseRules={"messagePath": "error"})
     result = deliver(endpoint, secrets=secrets)
     (received,) = buyer.requests
     assert received.headers[header] == expected
     assert result.outcome == "failure" and result.response_fields["code"] == "E1"
-    assert SECRET not in msgspec.json.encode(result).decode()
-    assert result.message == "bad credential ***"
 
 
 def test_missing_token_secret_sends_nothing(buyer: BuyerServer) -> None:

@@ -29,8 +29,10 @@ One attempt, in order:
    connection and interpret what we have (the status code is the buyer's answer; a body rule
    sees the first 1 MiB, malformed JSON counts as no JSON); the reason says it was truncated.
    Retrying instead would resend a lead the buyer may already have taken.
-7. No secret reaches the result: `url` is shown without userinfo and with secret-looking query
-   values masked; known secret values are masked in reason, message and response fields.
+7. `url` is shown without userinfo and with credential-looking query values masked. The worker
+   masks every credential of the endpoint in the rest of the result (adapters/outbound.Scrubber),
+   as it does for any adapter. The endpoint arrives with its credentials (headers, URL) filled
+   in from the secret store.
 
 The exchange runs on appliance/adapters/http1, a small HTTP/1.1 keep-alive client of this
 adapter's own (httpx cost most of the delivery worker's time); the `http` client that `deliver`
@@ -43,7 +45,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import re
 import ssl
 import zlib
 from datetime import UTC, datetime
@@ -60,14 +61,12 @@ from appliance.domain.delivery_mapping import (
     form_pairs,
     interpret,
 )
-from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.endpoint import DeliveryEndpoint, looks_like_credential
 from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult, hookimpl
 
 MAX_RESPONSE_BYTES: Final = 1024 * 1024
 MASK: Final = "***"
 
-_SECRET_NAME = re.compile(r"(?i)(key|token|secret|pass|pwd|auth|sig|credential|session|cookie)")
-_MIN_SECRET_LEN: Final = 4
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
@@ -87,46 +86,8 @@ def display_url(url: str | None) -> str | None:
     query = parts.query
     if query:
         pairs = parse_qsl(query, keep_blank_values=True)
-        query = urlencode([(k, MASK if _SECRET_NAME.search(k) else v) for k, v in pairs], safe="*")
+        query = urlencode([(k, MASK if looks_like_credential(k) else v) for k, v in pairs], safe="*")
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-
-
-def _secret_values(request: DeliveryRequest) -> list[str]:
-    endpoint = request.endpoint
-    found = list(request.secrets.values())
-    if endpoint.auth is not None:
-        found += [endpoint.auth.password or "", endpoint.auth.token or ""]
-    found += [v for k, v in endpoint.headers.items() if _SECRET_NAME.search(k)]
-    if endpoint.url:
-        try:
-            parts = urlsplit(endpoint.url)
-            found += [parts.password or "", parts.username or ""]
-            found += [v for k, v in parse_qsl(parts.query) if _SECRET_NAME.search(k)]
-        except ValueError:
-            pass
-    # Longest first, so a secret that contains another is masked whole.
-    return sorted({s for s in found if len(s) >= _MIN_SECRET_LEN}, key=len, reverse=True)
-
-
-def _scrub(text: str | None, secrets: list[str]) -> str | None:
-    if not text:
-        return text
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, MASK)
-    return text
-
-
-def _scrubbed(result: DeliveryResult, secrets: list[str]) -> DeliveryResult:
-    if not secrets:
-        return result
-    return msgspec.structs.replace(
-        result,
-        reason=_scrub(result.reason, secrets),
-        message=_scrub(result.message, secrets),
-        client_lead_id=_scrub(result.client_lead_id, secrets),
-        response_fields={k: _scrub(v, secrets) or "" for k, v in result.response_fields.items()},
-    )
 
 
 def _auth_headers(endpoint: DeliveryEndpoint, secrets: dict[str, str]) -> tuple[dict[str, str], str | None]:
@@ -219,10 +180,9 @@ class HttpDelivery(DeliveryAdapter):
     async def deliver(self, request: DeliveryRequest, http: httpx.AsyncClient) -> DeliveryResult:
         endpoint = request.endpoint
         shown = {"url": display_url(endpoint.url), "method": endpoint.method, "body_format": endpoint.body_format}
-        secrets = _secret_values(request)
 
         def outcome(kind: str, reason: str) -> DeliveryResult:
-            return DeliveryResult(outcome=kind, reason=_scrub(reason, secrets), **shown)  # type: ignore[arg-type]
+            return DeliveryResult(outcome=kind, reason=reason, **shown)  # type: ignore[arg-type]
 
         problems = self.validate(endpoint)
         if problems:
@@ -289,7 +249,7 @@ class HttpDelivery(DeliveryAdapter):
             reason = f"{result.reason}; response body truncated at {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB"
             message = reason if result.message == result.reason else result.message
             result = msgspec.structs.replace(result, reason=reason, message=message)
-        return _scrubbed(msgspec.structs.replace(result, **shown), secrets)
+        return msgspec.structs.replace(result, **shown)
 
     async def aclose(self) -> None:
         await self._client.aclose()

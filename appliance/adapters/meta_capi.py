@@ -17,7 +17,7 @@ from urllib.parse import quote
 
 import httpx
 
-from appliance.adapters.twilio import outage_reason, post_capped, scrub, short, timeout_of
+from appliance.adapters.outbound import outage_reason, post_capped, short, timeout_of
 from appliance.domain.pixel_payloads import meta_payload
 from appliance.sdk import PixelEvent, PixelPlatform, PixelResult, hookimpl
 
@@ -66,8 +66,8 @@ class MetaConversions(PixelPlatform):
         problem = _refusal(data) or (answer.body[:200].decode("utf-8", "replace") or "no details")
         if isinstance(data.get("error"), dict) and data["error"].get("fbtrace_id"):
             shown["fbtrace_id"] = short(data["error"]["fbtrace_id"], 64)
-        return PixelResult(success=False, reason=scrub(f"meta answered HTTP {answer.status}: {problem}",
-                                                       [event.access_token]), response=shown)
+        return PixelResult(success=False, reason=f"meta answered HTTP {answer.status}: {problem}",
+                           response=shown)
 
 
 @hookimpl

@@ -36,6 +36,9 @@ RESOLVE_TIMEOUT_SECONDS = 5.0
 _NUMERIC_V4 = re.compile(r"^[0-9a-fA-FxX.]+$")
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _SHARED = ipaddress.ip_network("100.64.0.0/10")
+# What a host may be once IDNA-encoded: DNS labels (underscores too, as some resolvers allow) or
+# an IPv6 address; anything else (a space, a percent escape) can never resolve.
+_HOST_CHARACTERS = re.compile(r"^[A-Za-z0-9._-]+$|^[0-9A-Fa-f:.]+$")
 
 
 class Destination(NamedTuple):
@@ -115,7 +118,16 @@ def _host_of(url: str) -> tuple[str | None, str | None]:
     host = parsed.raw_host.decode("ascii", errors="replace")
     if not host:
         return None, "destination refused: the URL has no host"
+    if not _HOST_CHARACTERS.match(host):
+        return None, "destination refused: the host is not a valid name or address"
     return host, None
+
+
+def unsendable_reason(url: str) -> str | None:
+    """Why `url` can never be sent whatever the configuration (it does not parse as an http(s)
+    URL with a valid host), checked without DNS; None when it may be. Bundle import refuses such
+    URLs, so they are not found only at the first delivery."""
+    return _host_of(url)[1]
 
 
 def _refused(host: str, problem: str, ip: IPAddress | None = None) -> str:

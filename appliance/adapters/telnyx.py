@@ -10,7 +10,7 @@ from typing import Any, Final
 
 import httpx
 
-from appliance.adapters.twilio import outage_reason, post_capped, scrub, short, timeout_of, transient
+from appliance.adapters.outbound import outage_reason, post_capped, short, timeout_of, transient
 from appliance.sdk import SmsMessage, SmsProvider, SmsResult, hookimpl
 
 DEFAULT_BASE_URL: Final = "https://api.telnyx.com"
@@ -55,7 +55,7 @@ class TelnyxProvider(SmsProvider):
         problem = _problem(data) or (answer.body[:200].decode("utf-8", "replace") or "no details")
         reason = f"telnyx answered HTTP {answer.status}: {problem}"
         return SmsResult(accepted=False, status="error" if transient(answer.status) else "failed",
-                         reason=scrub(reason, [api_key]))
+                         reason=reason)
 
 
 @hookimpl

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import httpx
 
-from appliance.adapters.twilio import outage_reason, post_capped, scrub, short, timeout_of
+from appliance.adapters.outbound import outage_reason, post_capped, short, timeout_of
 from appliance.domain.pixel_payloads import tiktok_payload
 from appliance.sdk import PixelEvent, PixelPlatform, PixelResult, hookimpl
 
@@ -50,8 +50,8 @@ class TikTokEvents(PixelPlatform):
             return PixelResult(success=True, response=shown)
         problem = short(data.get("message") or answer.body[:200].decode("utf-8", "replace") or "no details")
         suffix = f" (code {code})" if code is not None else ""
-        return PixelResult(success=False, reason=scrub(f"tiktok answered HTTP {answer.status}: {problem}{suffix}",
-                                                       [event.access_token]), response=shown)
+        return PixelResult(success=False, reason=f"tiktok answered HTTP {answer.status}: {problem}{suffix}",
+                           response=shown)
 
 
 @hookimpl

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from typing import Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
 import msgspec
 
@@ -114,6 +114,9 @@ class DeliveryEndpoint(Model):
     timeout_seconds: int | float = 10
     retry: RetryPolicy = msgspec.field(default_factory=RetryPolicy)
     config: dict[str, Any] = {}  # plugin adapters' own settings
+    # Header names whose values are credentials although their names do not say so; such values
+    # and those of credential-looking names are kept in the secret store (see split_credentials).
+    secret_headers: list[str] = []
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():
@@ -131,3 +134,119 @@ class DeliveryEndpoint(Model):
                 invalid("headers", "header values must not contain line breaks")
         if not 0 < self.timeout_seconds <= 120:
             invalid("timeoutSeconds", "must be greater than 0 and at most 120")
+        for name in self.secret_headers:
+            if not _HEADER_NAME.match(name):
+                invalid("secretHeaders", "header names must be HTTP tokens")
+
+    def __repr__(self) -> str:
+        return redacted_repr(self, ("url", "headers", "auth"))
+
+
+# ---- credentials ---------------------------------------------------------------------------------
+# Every credential of an endpoint lives in the secret store, never in the stored endpoint: the
+# auth secrets, header values that are credentials, and credentials inside the URL (user info,
+# query parameters with credential-looking names). The stored endpoint keeps SEALED where each one
+# was, so an export shows where a credential goes without showing it, and importing SEALED back
+# keeps the stored credential. `fill_credentials` puts them back just before sending.
+
+SEALED = "***"
+AUTH_FIELDS = ("auth.password", "auth.token")
+USERINFO_FIELD = "url.userinfo"
+_CREDENTIAL_NAME = re.compile(r"(?i)(auth|token|key|secret|pass|pwd|credential|signature|sig|session|cookie)")
+
+
+def looks_like_credential(name: str) -> bool:
+    """Whether a header or query parameter of this name carries a credential."""
+    return _CREDENTIAL_NAME.search(name) is not None
+
+
+def header_field(name: str) -> str:
+    return f"headers.{name.lower()}"
+
+
+def query_field(name: str) -> str:
+    return f"url.query.{name}"
+
+
+def split_credentials(endpoint: DeliveryEndpoint) -> tuple[DeliveryEndpoint, dict[str, str]]:
+    """The endpoint as stored (credentials replaced by SEALED, auth secrets by None) and the
+    credentials by field. A SEALED value given stands for the credential stored before."""
+    found: dict[str, str] = {}
+    auth = endpoint.auth
+    if auth is not None:
+        for field, value in zip(AUTH_FIELDS, (auth.password, auth.token)):
+            if value is not None:
+                found[field] = value
+        auth = msgspec.structs.replace(auth, password=None, token=None)
+    marked = {name.lower() for name in endpoint.secret_headers}
+    headers = {}
+    for name, value in endpoint.headers.items():
+        if value != SEALED and (name.lower() in marked or looks_like_credential(name)):
+            found[header_field(name)] = value
+            value = SEALED
+        headers[name] = value
+    url = endpoint.url
+    if url:
+        url = _split_url(url, found)
+    return msgspec.structs.replace(endpoint, auth=auth, headers=headers, url=url), found
+
+
+def _split_url(url: str, found: dict[str, str]) -> str:
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    netloc = parts.netloc
+    if at:
+        if userinfo != SEALED:
+            found[USERINFO_FIELD] = userinfo
+        netloc = f"{SEALED}@{hostport}"
+    pairs = []
+    for pair in parts.query.split("&") if parts.query else []:
+        name, equals, value = pair.partition("=")
+        if equals and value != SEALED and looks_like_credential(unquote_plus(name)):
+            found[query_field(unquote_plus(name))] = value  # as written, still percent-encoded
+            pair = f"{name}={SEALED}"
+        pairs.append(pair)
+    return urlunsplit((parts.scheme, netloc, parts.path, "&".join(pairs), parts.fragment))
+
+
+def sealed_fields(endpoint: DeliveryEndpoint) -> list[str]:
+    """The credential fields a stored endpoint is sent with (auth secrets whenever it has auth)."""
+    fields = list(AUTH_FIELDS) if endpoint.auth is not None else []
+    fields += [header_field(name) for name, value in endpoint.headers.items() if value == SEALED]
+    if endpoint.url:
+        parts = urlsplit(endpoint.url)
+        if parts.netloc.rpartition("@")[0] == SEALED:
+            fields.append(USERINFO_FIELD)
+        for pair in parts.query.split("&") if parts.query else []:
+            name, _, value = pair.partition("=")
+            if value == SEALED:
+                fields.append(query_field(unquote_plus(name)))
+    return fields
+
+
+def fill_credentials(endpoint: DeliveryEndpoint, opened: dict[str, str]) -> tuple[DeliveryEndpoint, list[str]]:
+    """The endpoint to send: each SEALED part replaced by its opened credential; and the fields
+    that stand SEALED with nothing stored for them (such an endpoint must not be sent)."""
+    missing: list[str] = []
+
+    def opened_or_missing(field: str) -> str:
+        if field not in opened:
+            missing.append(field)
+            return SEALED
+        return opened[field]
+
+    headers = {name: opened_or_missing(header_field(name)) if value == SEALED else value
+               for name, value in endpoint.headers.items()}
+    url = endpoint.url
+    if url and SEALED in url:
+        parts = urlsplit(url)
+        userinfo, at, hostport = parts.netloc.rpartition("@")
+        netloc = f"{opened_or_missing(USERINFO_FIELD)}@{hostport}" if at and userinfo == SEALED else parts.netloc
+        pairs = []
+        for pair in parts.query.split("&") if parts.query else []:
+            name, equals, value = pair.partition("=")
+            if equals and value == SEALED:
+                pair = f"{name}={opened_or_missing(query_field(unquote_plus(name)))}"
+            pairs.append(pair)
+        url = urlunsplit((parts.scheme, netloc, parts.path, "&".join(pairs), parts.fragment))
+    return msgspec.structs.replace(endpoint, headers=headers, url=url), missing

@@ -11,16 +11,19 @@ import logging
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import apsw
 import httpx
 import msgspec
 
+from appliance.adapters.outbound import Scrubber
+from appliance.bundle import endpoint_secret_ref
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
 from appliance.domain.campaign import Campaign
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
-from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
 from appliance.domain.lead import DeliveryOutcome, LeadRecord, PostingOutcome, Submission
 from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot, usable
 from appliance.domain.rules import qualify
@@ -36,7 +39,15 @@ log = logging.getLogger("appliance.delivery")
 
 DEFAULT_BACKOFF = (10, 60, 300, 1800, 7200)
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
-SECRET_FIELDS = ("auth.password", "auth.token")
+
+
+@dataclass(frozen=True)
+class OpenedEndpoint:
+    """A stored endpoint with its credentials filled in from the secret store, ready to send."""
+    endpoint: DeliveryEndpoint
+    secrets: dict[str, str]  # opened credentials by field (the adapter's `request.secrets`)
+    scrubber: Scrubber  # masks those credentials in whatever the buyer answers
+    missing: list[str]  # credential fields the endpoint needs and the store does not have
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class DeliveryWorker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self._wake = asyncio.Event()
-        self._endpoints: dict[tuple[str, int, str], tuple[DeliveryEndpoint | None, dict[str, str]]] = {}
+        self._endpoints: dict[tuple[str, int, str], OpenedEndpoint | None] = {}
 
     def wake(self) -> None:
         """New work may be due (a submit committed a job, a job finished)."""
@@ -151,34 +162,41 @@ class DeliveryWorker:
         settings = self.settings.get(job.tenant_id, config_rev(conn, job.tenant_id))
         return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
 
-    def _endpoint(self, attempt: Attempt, campaign: Campaign) -> tuple[DeliveryEndpoint | None, dict[str, str]]:
+    def _endpoint(self, attempt: Attempt, campaign: Campaign) -> OpenedEndpoint | None:
         endpoint_id = campaign.delivery.delivery_endpoint_id
         for item in reversed(attempt.submission.journey_events):  # a repost may name another endpoint
             if item.type == "repost" and item.details and item.details.get("deliveryEndpointId"):
                 endpoint_id = item.details["deliveryEndpointId"]
                 break
         if not endpoint_id:
-            return None, {}
+            return None
         # Endpoints and their opened secrets change only with the tenant's config revision.
         key = (attempt.job.tenant_id, attempt.settings.rev, endpoint_id)
-        found = self._endpoints.get(key)
-        if found is None:
+        if key in self._endpoints:
+            found = self._endpoints[key]
+        else:
             found = self._endpoints[key] = self._load_endpoint(attempt.job.tenant_id, endpoint_id)
             if len(self._endpoints) > 1024:
                 self._endpoints.pop(next(iter(self._endpoints)))
         return found
 
-    def _load_endpoint(self, tenant_id: str, endpoint_id: str) -> tuple[DeliveryEndpoint | None, dict[str, str]]:
+    def _load_endpoint(self, tenant_id: str, endpoint_id: str) -> OpenedEndpoint | None:
         conn = self.runtime.db.reader()
-        endpoint = catalog.get_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
+        stored = catalog.get_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
+        if stored is None:
+            return None
         opened: dict[str, str] = {}
-        if endpoint is not None:
-            for name in SECRET_FIELDS:
-                ref = f"endpoint:{endpoint_id}:{name}"
-                blob = secrets.get_sealed(conn, tenant_id, ref)
-                if blob is not None:
-                    opened[name] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
-        return endpoint, opened
+        for field in sealed_fields(stored):
+            ref = endpoint_secret_ref(endpoint_id, field)
+            blob = secrets.get_sealed(conn, tenant_id, ref)
+            if blob is not None:
+                opened[field] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
+        endpoint, missing = fill_credentials(stored, opened)
+        # URL parts are stored as written (percent-encoded): a peer may echo them decoded.
+        known = [*opened.values(), *(unquote(v) for f, v in opened.items() if f.startswith("url."))]
+        username = stored.auth.username if stored.auth is not None else None
+        pairs = [(username, opened.get("auth.password"))]
+        return OpenedEndpoint(endpoint, opened, Scrubber(known, pairs), missing)
 
     # ---- delivery -------------------------------------------------------------------------
 
@@ -210,16 +228,20 @@ class DeliveryWorker:
         if reserved is None:
             return  # queued until a window opens or a limit resets
         attempt = reserved.attempt
-        endpoint, opened = self._endpoint(attempt, reserved.campaign)
+        opened = self._endpoint(attempt, reserved.campaign)
+        endpoint = opened.endpoint if opened is not None else None
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
-        if endpoint is None:
+        if opened is None or endpoint is None:
             result = DeliveryResult(outcome="failure", reason="the campaign has no delivery endpoint")
+        elif opened.missing:
+            result = DeliveryResult(outcome="failure", reason="the endpoint's stored credentials are missing: "
+                                                              + ", ".join(opened.missing))
         elif adapter is None:
             result = DeliveryResult(outcome="error", reason=f"no delivery adapter named {endpoint.adapter!r}")
         else:
             request = DeliveryRequest(
                 lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
-                endpoint=endpoint, secrets=opened,
+                endpoint=endpoint, secrets=opened.secrets,
                 settings=self.registry.adapter_settings("delivery", endpoint.adapter),
                 allow_private_addresses=self.runtime.config.delivery.allow_private_addresses)
             try:
@@ -229,6 +251,7 @@ class DeliveryWorker:
                 result = DeliveryResult(outcome="error", reason="delivery deadline passed")
             except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {type(exc).__name__}")
+            result = scrubbed(result, opened.scrubber)
         await self._record(attempt, reserved, result, endpoint)
 
     def _wait_for_decision(self, conn: apsw.Connection, job: jobs.Job) -> None:
@@ -449,6 +472,14 @@ def run_intake_action(registry: Any, campaign: Campaign, lead: LeadRecord, submi
         config=msgspec.to_builtins(config) if config is not None else {}))
     for error in errors:
         log.error("intake action %s for %s: %s", action, lead.lead_id, error)
+
+
+def scrubbed(result: DeliveryResult, scrub: Scrubber) -> DeliveryResult:
+    """What an adapter answered, with credentials masked wherever the buyer's words are carried."""
+    return msgspec.structs.replace(
+        result, reason=scrub(result.reason), message=scrub(result.message),
+        client_lead_id=scrub(result.client_lead_id), url=scrub(result.url),
+        response_fields={k: scrub(v) or "" for k, v in result.response_fields.items()})
 
 
 def _checked(result: Any, adapter: str) -> DeliveryResult:
