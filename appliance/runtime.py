@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.clock import Clock
+from appliance.bundle import endpoint_secret_ref
+from appliance.clock import Clock, iso
 from appliance.config import Config
 from appliance.crypto import SecretBox, ensure_master_key, load_master_key
+from appliance.domain.endpoint import split_credentials
 from appliance.private_paths import private_folder
+from appliance.storage import catalog, secrets, tenants
 from appliance.storage.activity import ActivityRow
 from appliance.storage.db import Database
 
@@ -38,5 +41,31 @@ def initialize(config: Config) -> tuple[bool, bool]:
 def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
     initialize(config)
     db = Database(config.database_file, synchronous=config.storage.synchronous).open()
-    return Runtime(config=config, db=db, box=SecretBox(load_master_key(config.master_key_path)),
-                   clock=clock or Clock())
+    runtime = Runtime(config=config, db=db, box=SecretBox(load_master_key(config.master_key_path)),
+                      clock=clock or Clock())
+    _seal_endpoint_credentials_left_in_clear(runtime)
+    return runtime
+
+
+def _seal_endpoint_credentials_left_in_clear(runtime: Runtime) -> None:
+    """Earlier versions sealed only an endpoint's auth secrets: credentials in its headers and URL
+    were stored in clear. The first open after the upgrade seals them as an import would now."""
+    conn = runtime.db.reader()
+    found = []
+    for tenant_id, _name, _created in tenants.list_tenants(conn):
+        for endpoint in catalog.load_docs(conn, catalog.DELIVERY_ENDPOINTS, tenant_id):
+            stored, credentials = split_credentials(endpoint)
+            if credentials:
+                found.append((tenant_id, stored, credentials))
+    if not found:
+        return
+    now = iso(runtime.clock.now())
+
+    def unit(conn):
+        for tenant_id, stored, credentials in found:
+            for field, value in credentials.items():
+                ref = endpoint_secret_ref(stored.delivery_endpoint_id, field)
+                secrets.put_sealed(conn, tenant_id, ref, runtime.box.seal_bytes(value, f"{tenant_id}/{ref}"), now)
+            catalog.upsert_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, stored.delivery_endpoint_id, stored, None)
+
+    runtime.db.write_sync(unit)
