@@ -94,6 +94,7 @@ def init(ctx: click.Context) -> None:
 def _serve(config: Config, host: str | None, port: int | None, banner: Callable[[str], None] | None = None) -> None:
     import uvicorn
 
+    from appliance.api.server_protocol import server_protocol
     from appliance.app import create_app
 
     runtime = open_runtime(config)
@@ -114,7 +115,8 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
         # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
         uvicorn.run(app, host=bind_host, port=bind_port, log_level=config.server.log_level,
-                    access_log=False, server_header=False, proxy_headers=False, lifespan="on")
+                    access_log=False, server_header=False, proxy_headers=False, lifespan="on",
+                    http=server_protocol(config.server))
     finally:
         runtime.close()
 

@@ -19,6 +19,17 @@ class ServerConfig(Settings):
     host: str = "127.0.0.1"
     port: int = 8080
     log_level: str = "info"
+    # A connection's request line and headers must be complete this long after it opened (after
+    # the request's first byte, for the next request on a kept-alive connection).
+    header_timeout_seconds: float = 10.0
+    # Connections still sending a request's headers; one more closes the one waiting longest.
+    max_incomplete_requests: int = 256
+
+    def __post_init__(self) -> None:
+        if not 0 < self.header_timeout_seconds <= 3600:
+            invalid("header_timeout_seconds", "must be more than 0 and at most 3600")
+        if self.max_incomplete_requests < 1:
+            invalid("max_incomplete_requests", "must be 1 or more")
 
 
 class StorageConfig(Settings):
