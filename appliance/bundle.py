@@ -21,7 +21,7 @@ from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
-from appliance.model import Model, describe_validation_error, join_path
+from appliance.model import Model, all_problems, describe_validation_error, join_path
 
 BundleFormat = Literal["json", "toml"]
 T = TypeVar("T")
@@ -182,12 +182,12 @@ def _decode(data: Any) -> TenantBundle:
             try:
                 sections[wire].append(msgspec.convert(item, item_type))
             except msgspec.ValidationError as exc:
-                problems.append(_describe(exc, f"{wire}[{i}]"))
+                problems += all_problems(item, item_type, f"{wire}[{i}]") or [_describe(exc, f"{wire}[{i}]")]
     if data.get("sms") is not None:
         try:
             sections["sms"] = msgspec.convert(data["sms"], SmsConfig)
         except msgspec.ValidationError as exc:
-            problems.append(_describe(exc, "sms"))
+            problems += all_problems(data["sms"], SmsConfig, "sms") or [_describe(exc, "sms")]
     if problems:
         raise BundleError(problems)
     return TenantBundle(

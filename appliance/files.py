@@ -51,7 +51,8 @@ class FileBody(Model):
     """POST /api/v1/files (interface 4.7)."""
 
     lead_id: Annotated[str, Meta(min_length=1, max_length=64)]
-    file_key: Annotated[str, Meta(min_length=1, max_length=100, pattern=FILE_KEY_PATTERN)]
+    file_key: Annotated[str, Meta(min_length=1, max_length=100, pattern=FILE_KEY_PATTERN,
+                                  description="lowercase letters, digits and underscores")]
     file_name: Annotated[str, Meta(min_length=1, max_length=255)]
     file_type: Annotated[str, Meta(min_length=1, max_length=17)]
     document_url: Annotated[str, Meta(min_length=1, max_length=MAX_URL)]

@@ -95,7 +95,9 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     if source is not None:
         lead = msgspec.structs.replace(lead, source_id=source.source_id)
     facts = facts_of(lead)
-    problems += field_library_problems(facts, settings.checked_fields, today)
+    reported = {problem.split(":", 1)[0] for problem in problems}  # one say per field is enough
+    problems += [p for p in field_library_problems(facts, settings.checked_fields, today)
+                 if p.split(":", 1)[0] not in reported]
     if problems:
         raise ValidationFailed(problems)
 

@@ -45,7 +45,8 @@ class FireBody(Model):
     platform: Literal["social", "video"]
     event_name: Annotated[str, Meta(min_length=1, max_length=100)]
     event_value: Annotated[float, Meta(ge=0)] | None = None
-    currency: Annotated[str, Meta(pattern="^[A-Z]{3}(?!\\n)$")] | None = None
+    currency: Annotated[str, Meta(pattern="^[A-Z]{3}(?!\\n)$",
+                                  description="a three-letter currency code in capitals, such as USD")] | None = None
     action_source: ActionSource = "system_generated"
     test_event_code: Annotated[str, Meta(min_length=1, max_length=100)] | None = None
 

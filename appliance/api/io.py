@@ -12,7 +12,7 @@ import msgspec
 from litestar import Request, Response
 
 from appliance.errors import JSON, ValidationFailed, UnsupportedMediaType
-from appliance.model import describe_validation_error, join_path
+from appliance.model import all_problems, describe_validation_error, join_path
 
 T = TypeVar("T")
 MAX_BODY = 1024 * 1024  # request bodies (CONTRACT 1: 413 above it)
@@ -73,13 +73,22 @@ def decode_json(body: bytes, kind: type[T]) -> T:
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
-        raise ValidationFailed([describe_validation_error(exc)]) from None
+        raise ValidationFailed(_every_problem(body, kind) or [describe_validation_error(exc)]) from None
     except msgspec.DecodeError as exc:
         raise ValidationFailed([f"body: malformed JSON ({exc})"]) from None
     except UnicodeDecodeError:  # msgspec raises it for bad UTF-8 inside a string
         raise ValidationFailed([f"{bad_utf8_path(body)}: must be valid UTF-8 text"]) from None
     except RecursionError:  # not reached under MAX_DEPTH; kept so nesting can never be a 500
         raise ValidationFailed([f"body: nested deeper than {MAX_DEPTH} levels"]) from None
+
+
+def _every_problem(body: bytes, kind: type) -> list[str]:
+    """msgspec reports the first problem of a body; the error path looks at every field."""
+    try:
+        document = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):  # a later part is not JSON
+        return []
+    return all_problems(document, kind)
 
 
 # Stands in for each invalid UTF-8 sequence while the body is decoded again to find where it was:

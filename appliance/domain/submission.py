@@ -34,10 +34,10 @@ class LeadData(Model):
     first_name: Annotated[str, Meta(max_length=100)] | None = None
     last_name: Annotated[str, Meta(max_length=100)] | None = None
     email: Annotated[str, Meta(max_length=254)] | None = None
-    phone: Annotated[str, Meta(min_length=10, max_length=32)] | None = None
+    phone: Annotated[str, Meta(max_length=32)] | None = None  # checked by build_lead, with the others
     address: Address | None = None
     date_of_birth: Annotated[str, Meta(max_length=10)] | None = None
-    country: Annotated[str, Meta(pattern="^[A-Z]{2}(?!\\n)$")] | None = None
+    country: Annotated[str, Meta(max_length=64)] | None = None  # checked by build_lead
     files: Annotated[list[dict[str, Any]], Meta(max_length=MAX_FILES)] | None = None
     questionnaire: (Annotated[dict[str, Any], Meta(max_length=MAX_QUESTIONNAIRE)]
                     | Annotated[list[QuestionAnswer], Meta(max_length=MAX_QUESTIONNAIRE)]) = {}
@@ -56,6 +56,7 @@ class SubmitLead(LeadData):
     campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]
 
 
+_COUNTRY = re.compile(r"[A-Z]{2}\Z")
 _TIMESTAMP = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$")
 _ATTRIBUTION_TEXT = ("captureUrl", "referrer", "ipAddress", "userAgent", "gclid", "gbraid", "wbraid", "fbclid",
                      "fbc", "fbp", "ttclid", "ttp", "msclkid")
@@ -163,6 +164,9 @@ def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, l
     email = normalize_email(body.email) if body.email is not None else (base.email if base else None)
     phone = body.phone if body.phone is not None else (base.phone if base else None)
     country = body.country or (base.country if base else None)
+    if body.country is not None and not _COUNTRY.match(body.country):
+        problems.append("country: must be a two-letter country code in capitals, such as US")
+        country = base.country if base else None
     if base is None:
         for name, value in (("firstName", first), ("lastName", last), ("email", email), ("phone", phone)):
             if not value:
