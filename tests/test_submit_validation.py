@@ -134,6 +134,28 @@ def test_every_problem_is_reported_at_once(env):
         assert_detail(error, prefix)
 
 
+def test_a_bad_email_and_a_short_phone_are_two_details(env):
+    error = refused(env, body(email="nope", phone="415-55"))
+    assert error["details"] == ["email: must be a valid email address",
+                                "phone: must be a valid phone number (digits, +, dashes, spaces, parentheses)"]
+
+
+def test_every_wrongly_typed_field_is_listed_with_nested_paths(env):
+    error = refused(env, body(email=5, firstName=["x"], address={"zip": 94105, "state": "CA", "city": 7},
+                              isTest="yes", surprise=1))
+    assert sorted(error["details"]) == sorted([
+        "surprise: unknown field", "firstName: expected str, got array", "email: expected str, got int",
+        "address.city: expected str, got int", "address.zip: expected str, got int",
+        "isTest: expected bool, got str"])
+
+
+def test_details_say_what_a_field_takes_in_plain_words(env):
+    error = refused(env, body(firstName="x" * 101))
+    assert error["details"] == ["firstName: must be at most 100 characters"]
+    error = refused(env, body(country="usa"))
+    assert error["details"] == ["country: must be a two-letter country code in capitals, such as US"]
+
+
 def test_all_contact_fields_missing_are_listed(env):
     error = refused(env, {"campaignId": "AC01"})
     for prefix in ("firstName: ", "lastName: ", "email: ", "phone: "):
