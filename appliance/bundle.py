@@ -19,7 +19,7 @@ from msgspec.structs import replace
 
 from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
-from appliance.domain.endpoint import DeliveryEndpoint, split_credentials
+from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.model import Model, all_problems, describe_validation_error, join_path
 
@@ -335,7 +335,7 @@ def split_secrets(bundle: TenantBundle) -> tuple[TenantBundle, dict[str, str]]:
     secrets: dict[str, str] = {}
 
     def take(ref: str, value: str | None) -> None:
-        if value is not None:
+        if value is not None and value != SEALED:  # SEALED keeps the stored secret, as leaving it out does
             secrets[ref] = value
 
     campaigns = []

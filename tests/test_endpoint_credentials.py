@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from appliance.cli import main as cli_main
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, wait_until
 from tests.test_limits import live_server, person, write_config
@@ -72,7 +72,7 @@ def database_text(cli: Cli) -> str:
 
 
 def deliver_one(cli: Cli, tenant_id: str, buyer: BuyerServer, n: int):
-    runtime = open_runtime(load_config(cli.config))
+    runtime = create_runtime(load_config(cli.config))
     try:
         from appliance import tenancy
         key = tenancy.create_key(runtime, tenant_id, name="t").key
@@ -154,7 +154,7 @@ def test_credentials_an_earlier_version_stored_in_clear_are_sealed_at_the_next_o
     from appliance.domain.endpoint import DeliveryEndpoint
     from appliance.storage import catalog
 
-    runtime = open_runtime(load_config(cli.config))
+    runtime = create_runtime(load_config(cli.config))
     try:  # as an earlier version stored it: the header value in the document itself
         old = DeliveryEndpoint(delivery_endpoint_id="ep", url=buyer.url("/in"),
                                headers={"X-Buyer-Token": "tok-old-6Yu8"})
@@ -167,3 +167,14 @@ def test_credentials_an_earlier_version_stored_in_clear_are_sealed_at_the_next_o
     deliver_one(cli, tenant_id, buyer, 3)
     (received,) = buyer.requests_to("/in")
     assert received.headers["x-buyer-token"] == "tok-old-6Yu8"
+
+
+def test_a_placeholder_for_an_auth_secret_keeps_the_stored_one(setup, buyer):
+    cli, tenant_id, tmp_path = setup
+    shown = json.loads(cli("export", "--tenant", tenant_id).stdout)
+    shown["deliveryEndpoints"][0]["auth"]["token"] = "***"
+    (tmp_path / "sealed-auth.json").write_text(json.dumps(shown))
+    cli("import", "--tenant", tenant_id, str(tmp_path / "sealed-auth.json"))
+    deliver_one(cli, tenant_id, buyer, 4)
+    (received,) = buyer.requests_to("/in")
+    assert received.headers["x-signature"] == SIGNED

@@ -175,7 +175,7 @@ def split_credentials(endpoint: DeliveryEndpoint) -> tuple[DeliveryEndpoint, dic
     auth = endpoint.auth
     if auth is not None:
         for field, value in zip(AUTH_FIELDS, (auth.password, auth.token)):
-            if value is not None:
+            if value is not None and value != SEALED:
                 found[field] = value
         auth = msgspec.structs.replace(auth, password=None, token=None)
     marked = {name.lower() for name in endpoint.secret_headers}
