@@ -4,13 +4,22 @@ codes), because bodies are decoded by msgspec inside the handlers for exact erro
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import html
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import msgspec
-from litestar import Request, Router
+from litestar import Request, Response, Router, get
+from litestar.exceptions import NotFoundException
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import JsonRenderPlugin
-from litestar.routes import HTTPRoute
+from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+from litestar.params import FromPath
+from litestar.routes import BaseRoute, HTTPRoute
 
 from appliance.api.catalog import CATEGORIES
 from appliance.api.io import QUERY_INT_MAX
@@ -139,7 +148,38 @@ def build_document(app: Any) -> dict[str, Any]:
             if code == "RATE_LIMITED":
                 entry["headers"]["Retry-After"] = {"schema": {"type": "integer"}}
         operation["responses"] = responses
+    _complete_arrays(doc)  # last: the whole document, Litestar's part and ours
     return doc
+
+
+# Keywords whose values are data, not schemas: a `{"type": "array"}` found there is an example.
+_DATA_KEYWORDS = frozenset({"const", "default", "enum", "example", "examples"})
+# Keywords whose values map names to schemas: a property may be called "default" or "enum".
+_NAMED_SCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "schemas"})
+
+
+def _complete_arrays(node: Any) -> None:
+    """Give every array schema of the document its `items`. msgspec leaves `items` out when the
+    element type is `Any` (`list[Any]`, bare `list`, `tuple[Any, ...]`, `set`): `{}` and an absent
+    `items` mean the same in JSON Schema, but OpenAPI tooling (openapi-python-client among them)
+    refuses such an array and drops every model and operation that reaches it. An item-less array
+    here means "any JSON value", which `items: {}` states explicitly; a tuple (`prefixItems`)
+    allows no further items."""
+    if isinstance(node, list):
+        for child in node:
+            _complete_arrays(child)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if (kind == "array" or (isinstance(kind, list) and "array" in kind)) and "items" not in node:
+        node["items"] = False if "prefixItems" in node else {}
+    for key, child in node.items():
+        if key in _NAMED_SCHEMAS and isinstance(child, dict):
+            for schema in child.values():
+                _complete_arrays(schema)
+        elif key not in _DATA_KEYWORDS:
+            _complete_arrays(child)
 
 
 def _describe_query(operation: dict[str, Any], opt: dict[str, Any]) -> bool:
@@ -183,10 +223,120 @@ class CompletedOpenApiJson(JsonRenderPlugin):
         return self._cached
 
 
+# ---- /schema/swagger: the API reference page, served offline ------------------------------------
+# Swagger UI's files come from the `swagger-ui-py` package (its static/ folder; its Python code,
+# which pulls in jinja2, is never imported). In the one-file binary build.spec bundles these
+# files alone, under swagger_ui/static in the unpacked archive. Nothing on the page is loaded
+# from outside the appliance: no CDN, no fonts, no validator badge.
+SCHEMA_PATH = "/schema"
+SWAGGER_PATH = "/swagger"
+SWAGGER_ASSETS = {  # served at /schema/swagger/<name>
+    "swagger-ui-bundle.js": "text/javascript",  # Litestar adds "; charset=utf-8" to text/*
+    "swagger-ui.css": "text/css",
+    "favicon-32x32.png": "image/png",
+}
+
+
+@functools.cache
+def swagger_static_dir() -> Path | None:
+    """Swagger UI's static folder, or None when it is not installed (the page then answers 404)."""
+    frozen = getattr(sys, "_MEIPASS", None)
+    candidates = [Path(frozen) / "swagger_ui" / "static"] if frozen else []
+    with contextlib.suppress(ImportError, ValueError):
+        spec = importlib.util.find_spec("swagger_ui")  # locates the package without importing it
+        if spec is not None and spec.submodule_search_locations:
+            candidates += [Path(location) / "static" for location in spec.submodule_search_locations]
+    for folder in candidates:
+        if all((folder / name).is_file() for name in SWAGGER_ASSETS):
+            return folder
+    return None
+
+
+class SwaggerPage(OpenAPIRenderPlugin):
+    """/schema/swagger: Swagger UI reading /schema/openapi.json, every asset served by us."""
+
+    def __init__(self) -> None:
+        super().__init__(path=SWAGGER_PATH, favicon="", style="")
+        self._assets: dict[str, bytes] = {}
+
+    def render(self, request: Request, openapi_schema: dict[str, Any]) -> bytes:
+        if swagger_static_dir() is None:
+            raise NotFoundException()
+        base = f"{SCHEMA_PATH}{SWAGGER_PATH}"
+        title = html.escape(str(openapi_schema.get("info", {}).get("title", "API")))
+        return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}: API reference</title>
+<link rel="icon" type="image/png" href="{base}/favicon-32x32.png">
+<link rel="stylesheet" href="{base}/swagger-ui.css">
+<style>body {{ margin: 0; padding: 0 }}</style>
+</head>
+<body>
+<div id="swagger-ui"></div>
+<script src="{base}/swagger-ui-bundle.js"></script>
+<script>
+window.ui = SwaggerUIBundle({{
+  url: "{SCHEMA_PATH}/openapi.json",
+  dom_id: "#swagger-ui",
+  deepLinking: true,
+  validatorUrl: null,
+  presets: [SwaggerUIBundle.presets.apis],
+  layout: "BaseLayout",
+}});
+</script>
+</body>
+</html>
+""".encode()
+
+    def asset(self, name: str) -> Response[bytes]:
+        if name not in self._assets:
+            folder = swagger_static_dir()
+            if folder is None:
+                raise NotFoundException()
+            self._assets[name] = (folder / name).read_bytes()
+        return Response(self._assets[name], media_type=SWAGGER_ASSETS[name],
+                        headers={"Cache-Control": "public, max-age=86400"})
+
+    def receive_router(self, router: Router) -> None:
+        for name in SWAGGER_ASSETS:
+            router.register(get(f"{SWAGGER_PATH}/{name}", sync_to_thread=False,
+                                name=f"swagger-asset:{name}")(self._asset_handler(name)))
+
+    def _asset_handler(self, name: str) -> Any:
+        def serve() -> Response[bytes]:
+            return self.asset(name)
+
+        return serve
+
+
+def _schema_not_found(path: FromPath[str] = "/") -> None:
+    raise NotFoundException()
+
+
+def _is_litestar_schema_404(fn: Any) -> bool:
+    """Litestar's catch-all for unknown /schema/<name> (litestar._openapi.plugin), found by name
+    rather than imported from a private module; tests/test_openapi_document.py pins the result."""
+    return getattr(fn, "__name__", "") == "handle_schema_path_not_found" and \
+        getattr(fn, "__module__", "").startswith("litestar.")
+
+
+class SchemaRouter(Router):
+    """The /schema router. Litestar answers any other /schema/<name> with an HTML 404 page of its
+    own; here it is the API's JSON 404 envelope, like every other unknown path."""
+
+    def register(self, value: Any) -> list[BaseRoute]:
+        if isinstance(value, HTTPRouteHandler) and _is_litestar_schema_404(value.fn):
+            value = get(sorted(value.paths), media_type=JSON, sync_to_thread=False)(_schema_not_found)
+        return super().register(value)
+
+
 def openapi_config(title: str, version: str) -> OpenAPIConfig:
     return OpenAPIConfig(
         title=title,
         version=version,
-        render_plugins=[CompletedOpenApiJson()],
-        openapi_router=Router("/schema", route_handlers=[], opt={"public": True}, include_in_schema=False),
+        render_plugins=[CompletedOpenApiJson(), SwaggerPage()],  # the first also answers /schema/
+        openapi_router=SchemaRouter(SCHEMA_PATH, route_handlers=[], opt={"public": True}, include_in_schema=False),
     )
