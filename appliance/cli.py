@@ -1,5 +1,7 @@
-"""The `appliance` command (CONTRACT section 7). Every command reads the same config
-(`--config FILE` or $APPLIANCE_CONFIG) and exits non-zero with a one-line reason on failure."""
+"""The `appliance` command. Every command reads the same config (`--config FILE` or
+$APPLIANCE_CONFIG); `serve` is the default. An operator's mistake is one line `error: ...` and
+exit code 1 (2 for a usage error, as click gives), never a traceback. Only `init` and `demo`
+create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
@@ -18,9 +20,13 @@ import click
 from appliance import __version__, tenancy
 from appliance.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
-from appliance.crypto import SecretError, load_master_key
-from appliance.runtime import Runtime, initialize, open_runtime
-from appliance.storage.db import StorageError
+from appliance.clock import iso
+from appliance.crypto import SecretBox, SecretError, load_master_key
+from appliance.instance_lock import DataFolderBusy, hold, running_server
+from appliance.plugins import PluginError
+from appliance.private_paths import private_folder
+from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
+from appliance.storage.db import StorageError, inspect_backup, restore_database
 from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.tenants import list_keys, list_tenants
 
@@ -29,6 +35,14 @@ def _fail(problems: list[str] | str) -> None:
     for problem in [problems] if isinstance(problems, str) else problems:
         click.echo(f"error: {problem}", err=True)
     sys.exit(1)
+
+
+def _read(file: str) -> bytes:
+    try:
+        return Path(file).read_bytes()
+    except OSError as exc:
+        _fail(f"cannot read {file}: {exc.strerror}")
+        raise  # not reached: _fail exits
 
 
 def _emit(as_json: bool, data: Any, text: str) -> None:
@@ -58,13 +72,13 @@ def admin_command(fn: Callable) -> Callable:
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), envvar=CONFIG_ENV,
               help=f"TOML config file (default: ${CONFIG_ENV}, else built-in defaults).")
 @click.version_option(__version__, prog_name="appliance")
 @click.pass_context
 def main(ctx: click.Context, config_path: str | None) -> None:
-    """Lead intake, qualification and delivery appliance."""
+    """Lead intake, qualification and delivery appliance. Without a command: serve."""
     loaded: list[Config] = []
 
     def config() -> Config:
@@ -76,6 +90,8 @@ def main(ctx: click.Context, config_path: str | None) -> None:
         return loaded[0]
 
     ctx.obj = {"config": config, "config_path": config_path}
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(serve)
 
 
 @main.command()
@@ -85,8 +101,10 @@ def init(ctx: click.Context) -> None:
     config = ctx.obj["config"]()
     try:
         created_key, created_db = initialize(config)
-    except StorageError as exc:
+    except (StorageError, SecretError) as exc:
         _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
     click.echo(f"database   {config.database_file} ({'created' if created_db else 'up to date'})")
     click.echo(f"master key {config.master_key_path} ({'created, mode 0600' if created_key else 'kept'})")
 
@@ -97,12 +115,21 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
     from appliance.api.server_protocol import server_protocol
     from appliance.app import create_app
 
-    runtime = open_runtime(config)
+    bind_host, bind_port = host or config.server.host, port or config.server.port
+    url = f"http://{bind_host}:{bind_port}"
     try:
+        runtime = open_runtime(config)
+    except (StorageError, SecretError) as exc:
+        _fail(str(exc))
+    try:
+        lock = hold(config.data_dir, url, iso(runtime.clock.now()))
         app = create_app(runtime)
-        bind_host, bind_port = host or config.server.host, port or config.server.port
+    except (DataFolderBusy, PluginError) as exc:
+        runtime.close()
+        _fail(str(exc))
+    try:
         if banner:
-            banner(f"http://{bind_host}:{bind_port}")
+            banner(url)
         # What exists now (modules, config, routes, the OpenAPI document) lives as long as the
         # process: out of the collector's sight, a full collection no longer walks it. Measured
         # (bench.submit, alternating runs): submit p99 38-42 ms instead of 51-53 ms.
@@ -119,11 +146,12 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
                     http=server_protocol(config.server))
     finally:
         runtime.close()
+        lock.close()
 
 
 @main.command()
 @click.option("--host", default=None, help="Bind address (default: [server] host).")
-@click.option("--port", type=int, default=None, help="Port (default: [server] port).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: [server] port).")
 @click.pass_context
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Run the HTTP API and the background job loop."""
@@ -131,15 +159,20 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 
 
 @main.command()
-@click.option("--host", default=None)
-@click.option("--port", type=int, default=None)
+@click.option("--host", default=None, help="Bind address (default: [server] host).")
+@click.option("--port", type=click.IntRange(1, 65535), default=None, help="Port (default: [server] port).")
 @click.pass_context
 def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Set up a demo tenant with sample campaigns, print a fresh key and a curl line, and serve."""
     from appliance.demo import ensure_demo_tenant
 
     config = ctx.obj["config"]()
-    runtime = open_runtime(config)
+    try:
+        runtime = create_runtime(config)
+    except (StorageError, SecretError) as exc:
+        _fail(str(exc))
+    except OSError as exc:
+        _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
     try:
         tenant_id, key = ensure_demo_tenant(runtime)
     finally:
@@ -219,58 +252,112 @@ def key_revoke(runtime: Runtime, key_id: str) -> None:
 @main.command("import")
 @click.option("--tenant", "tenant_id", required=True)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
 @admin_command
-def import_(runtime: Runtime, tenant_id: str, file: str) -> None:
+def import_(runtime: Runtime, tenant_id: str, file: str, as_json: bool) -> None:
     """Upsert a tenant bundle (JSON or TOML) into a tenant."""
-    counts = tenancy.import_bundle(runtime, tenant_id, Path(file).read_bytes(), format_from_filename(file))
-    click.echo("imported " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    counts = tenancy.import_bundle(runtime, tenant_id, _read(file), format_from_filename(file))
+    _emit(as_json, {"tenantId": tenant_id, "file": file, "imported": counts},
+          "imported " + ", ".join(f"{n} {k}" for k, n in counts.items()))
 
 
 @main.command()
 @click.option("--tenant", "tenant_id", required=True)
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="With FILE: report as JSON (without FILE the bundle is JSON).")
 @admin_command
-def export(runtime: Runtime, tenant_id: str, file: str | None) -> None:
+def export(runtime: Runtime, tenant_id: str, file: str | None, as_json: bool) -> None:
     """Write a tenant bundle (JSON, or TOML for a .toml FILE; stdout without FILE). Secrets stay out."""
     bundle = tenancy.export_bundle(runtime, tenant_id)
     if file is None:
         click.echo(tenancy.encode_bundle(bundle, "json").decode(), nl=False)
         return
-    Path(file).write_bytes(tenancy.encode_bundle(bundle, format_from_filename(file)))
-    click.echo(f"exported {tenant_id} to {file}")
+    encoded = tenancy.encode_bundle(bundle, format_from_filename(file))
+    try:
+        Path(file).write_bytes(encoded)
+    except OSError as exc:
+        _fail(f"cannot write {file}: {exc.strerror}")
+    _emit(as_json, {"tenantId": tenant_id, "file": file, "bytes": len(encoded)}, f"exported {tenant_id} to {file}")
 
 
 @main.command()
 @click.argument("dest", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
 @admin_command
-def backup(runtime: Runtime, dest: str) -> None:
+def backup(runtime: Runtime, dest: str, as_json: bool) -> None:
     """Consistent online copy of the database, safe while the service runs."""
     target = Path(dest)
     if target.is_dir():
         target = target / f"appliance-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.db"
     if target.exists():
         _fail(f"{target} exists; choose a new file")
+    if not target.parent.is_dir():
+        _fail(f"{target.parent} is not a folder; create it first")
     runtime.db.backup_to(target)
-    click.echo(f"backup written to {target}")
-    click.echo(f"secrets in it open only with the master key {runtime.config.master_key_path}: keep a copy apart")
+    key = runtime.config.master_key_path
+    _emit(as_json, {"file": str(target), "bytes": target.stat().st_size, "masterKey": str(key)},
+          f"backup written to {target}\nsecrets in it open only with the master key {key}: keep a copy apart")
 
 
 @main.command()
+@click.argument("backup_file", metavar="BACKUP", type=click.Path(exists=True, dir_okay=False))
+@click.option("--yes", is_flag=True, help="Replace the database without asking.")
+@click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def doctor(ctx: click.Context) -> None:
-    """Check the config, the master key, the database and the plugin folders."""
+def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> None:
+    """Replace the database with BACKUP (checked first; refused while a server runs on the data
+    folder). The database it replaces is kept beside it."""
     config = ctx.obj["config"]()
-    problems: list[str] = []
+    busy = running_server(config.data_dir) if config.data_dir.is_dir() else None
+    if busy:
+        _fail(f"{busy}: stop it before restoring")
+    try:
+        sealed_with = inspect_backup(Path(backup_file))
+        if sealed_with is not None:
+            box = SecretBox(load_master_key(config.master_key_path))
+            if box.key_id != sealed_with:
+                _fail(f"the secrets in {backup_file} were sealed with {sealed_with}, but the master key "
+                      f"{config.master_key_path} is {box.key_id}: put that install's master key in place first")
+    except (StorageError, SecretError) as exc:
+        _fail(str(exc))
+    if not yes:
+        if not sys.stdin.isatty():
+            _fail("restore replaces the database: confirm with --yes")
+        click.confirm(f"Replace {config.database_file} with {backup_file}?", abort=True)
+    try:
+        private_folder(config.data_dir)
+    except OSError as exc:
+        _fail(f"cannot create {config.data_dir}: {exc.strerror}")
+    keep_as = config.database_file.with_name(f"appliance-before-restore-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.db")
+    try:
+        kept = restore_database(Path(backup_file), config.database_file, keep_as)
+    except StorageError as exc:
+        _fail(str(exc))
+    _emit(as_json, {"restored": backup_file, "database": str(config.database_file),
+                    "previous": str(keep_as) if kept else None},
+          f"restored {backup_file} to {config.database_file}" + (f"\nthe database it replaced is kept as {keep_as}"
+                                                                  if kept else ""))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def doctor(ctx: click.Context, as_json: bool) -> None:
+    """Check the config, the master key (against the stored secrets), the database, the plugin
+    folders, and say whether a server runs on the data folder."""
+    config = ctx.obj["config"]()
+    results: list[dict[str, Any]] = []
 
     def check(label: str, fn: Callable[[], str]) -> None:
         try:
-            click.echo(f"ok    {label}: {fn()}")
-        except Exception as exc:  # doctor reports every failure instead of stopping at the first
-            problems.append(label)
-            click.echo(f"FAIL  {label}: {exc}")
+            results.append({"check": label, "ok": True, "detail": fn()})
+        except (StorageError, SecretError, OSError, PluginError) as exc:  # every failure, not the first
+            results.append({"check": label, "ok": False, "detail": str(exc)})
 
     def master_key() -> str:
         path = config.master_key_path
+        if not path.is_file():
+            raise SecretError(f"no master key at {path}")
         load_master_key(path)
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
@@ -278,30 +365,36 @@ def doctor(ctx: click.Context) -> None:
         return f"{path} (mode {mode:o})"
 
     def database() -> str:
-        if not config.database_file.exists():
-            raise StorageError(f"{config.database_file} does not exist; run `appliance init`")
-        runtime = open_runtime(config)
+        runtime = open_runtime(config)  # refuses a missing database and a master key that does not fit
         try:
             conn = runtime.db.reader()
             (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
             if verdict != "ok":
                 raise StorageError(f"integrity_check: {verdict}")
             applied = conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
-            return f"{config.database_file}: integrity ok, {applied}/{len(MIGRATIONS)} migrations"
+            return (f"{config.database_file}: integrity ok, {applied}/{len(MIGRATIONS)} migrations, "
+                    f"secrets open with {runtime.box.key_id}")
         finally:
             runtime.close()
 
     def plugin_dirs() -> str:
         missing = [d for d in config.plugins.dirs if not Path(d).is_dir()]
         if missing and config.plugins.strict:
-            raise FileNotFoundError(f"missing plugin folders: {', '.join(missing)}")
+            raise PluginError(f"missing plugin folders: {', '.join(missing)}")
         return ", ".join(f"{d}{' (missing)' if d in missing else ''}" for d in config.plugins.dirs) or "none"
+
+    def server() -> str:
+        return (running_server(config.data_dir) if config.data_dir.is_dir() else None) or "no server running"
 
     check("config", lambda: ctx.obj["config_path"] or "built-in defaults")
     check("master key", master_key)
     check("database", database)
     check("plugin folders", plugin_dirs)
-    if problems:
+    check("server", server)
+    failed = [r for r in results if not r["ok"]]
+    _emit(as_json, {"ok": not failed, "checks": results},
+          "\n".join(f"{'ok  ' if r['ok'] else 'FAIL'}  {r['check']}: {r['detail']}" for r in results))
+    if failed:
         sys.exit(1)
 
 
@@ -312,7 +405,7 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
     """List the loaded adapters, the files they come from and the plugins that failed to load."""
     import logging
 
-    from appliance.plugins import PluginError, load_plugins
+    from appliance.plugins import load_plugins
 
     config = ctx.obj["config"]()
     plugin_log = logging.getLogger("appliance.plugins")

@@ -8,11 +8,20 @@ import os
 import tomllib
 from pathlib import Path
 
+from urllib.parse import urlsplit
+
 import msgspec
 
 from appliance.model import Settings, describe_validation_error, invalid
 
 CONFIG_ENV = "APPLIANCE_CONFIG"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _check_base_url(field: str, url: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        invalid(field, "must be an http or https URL")
 
 
 class ServerConfig(Settings):
@@ -26,6 +35,10 @@ class ServerConfig(Settings):
     max_incomplete_requests: int = 256
 
     def __post_init__(self) -> None:
+        if not 1 <= self.port <= 65535:
+            invalid("port", "must be a port number from 1 to 65535")
+        if self.log_level not in LOG_LEVELS:
+            invalid("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
         if not 0 < self.header_timeout_seconds <= 3600:
             invalid("header_timeout_seconds", "must be more than 0 and at most 3600")
         if self.max_incomplete_requests < 1:
@@ -71,10 +84,16 @@ class TwilioConfig(Settings):
     account_sid: str = ""
     auth_token: str = ""
 
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
+
 
 class TelnyxConfig(Settings):
     base_url: str = "https://api.telnyx.com"
     api_key: str = ""
+
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
 
 
 class SmsConfig(Settings):
@@ -87,9 +106,15 @@ class SocialPixelConfig(Settings):
     base_url: str = "https://graph.facebook.com"
     api_version: str = "v21.0"
 
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
+
 
 class VideoPixelConfig(Settings):
     base_url: str = "https://business-api.tiktok.com"
+
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
 
 
 class PixelsConfig(Settings):
@@ -97,11 +122,39 @@ class PixelsConfig(Settings):
     video: VideoPixelConfig = msgspec.field(default_factory=VideoPixelConfig)
 
 
+class OutboundAdapterSettings(Settings):
+    """`[plugins.twilio]`, `[plugins.telnyx]`, `[plugins.meta_capi]`, `[plugins.tiktok_events]`:
+    the built-in adapters' own tables, checked at load like every other table (a plugin of your
+    own decodes its table itself)."""
+
+    timeout_seconds: float = 10.0
+    api_version: str | None = None  # meta_capi only: overrides [pixels.social] api_version
+    region: str | None = None  # pixels: the region a lead's phone is read in when it has no country
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_seconds <= 120:
+            invalid("timeout_seconds", "must be more than 0 and at most 120")
+        if self.region is not None and (len(self.region) != 2 or not self.region.isupper()):
+            invalid("region", "must be a two-letter uppercase country code")
+
+
+BUILTIN_PLUGIN_TABLES = ("twilio", "telnyx", "meta_capi", "tiktok_events")
+
+
 class PluginsConfig(Settings):
     dirs: list[str] = msgspec.field(default_factory=lambda: ["./plugins"])
     strict: bool = False  # a plugin that fails to load stops start-up instead of being skipped
     # Each plugin's own [plugins.<name>] table, decoded later by that plugin into its own struct.
     tables: dict[str, dict] = {}
+
+    def __post_init__(self) -> None:
+        for name in BUILTIN_PLUGIN_TABLES:
+            if name in self.tables:
+                try:
+                    msgspec.convert(self.tables[name], OutboundAdapterSettings)
+                except msgspec.ValidationError as exc:
+                    path, problem = describe_validation_error(exc).split(": ", 1)
+                    invalid(name if path == "body" else f"{name}.{path}", problem)
 
 
 class DefaultsConfig(Settings):

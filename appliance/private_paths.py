@@ -25,8 +25,8 @@ def private_folder(path: Path) -> None:
 
 def private_file(path: Path) -> bool:
     """Create an empty `path` as 0600 unless it exists (SQLite then gives its -wal and -shm files
-    the same mode); True when created."""
-    private_folder(path.parent)
+    the same mode); True when created. Its folder must exist: only `init` makes the data folder,
+    and a backup into a folder that is not there is a mistake to report, not to paper over."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
     except FileExistsError:

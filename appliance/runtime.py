@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from appliance.bundle import endpoint_secret_ref
 from appliance.clock import Clock, iso
 from appliance.config import Config
-from appliance.crypto import SecretBox, ensure_master_key, load_master_key
+from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_master_key
 from appliance.domain.endpoint import split_credentials
 from appliance.private_paths import private_folder
 from appliance.storage import catalog, secrets, tenants
 from appliance.storage.activity import ActivityRow
-from appliance.storage.db import Database
+from appliance.storage.db import Database, StorageError
 
 
 @dataclass
@@ -39,12 +39,38 @@ def initialize(config: Config) -> tuple[bool, bool]:
 
 
 def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
-    initialize(config)
+    """An install made by `initialize`: a missing database or master key is refused, never made
+    anew (a mistyped path must not start an empty install whose secrets can never be opened), and
+    so is a master key other than the one the stored secrets were sealed with."""
+    if not config.database_file.is_file():
+        raise StorageError(f"no database at {config.database_file}: run `appliance init` first, "
+                           "or point [storage] path at the data folder")
+    if not config.master_key_path.is_file():
+        raise SecretError(f"no master key at {config.master_key_path}: restore it from your copy, or point "
+                          "[security] master_key_file at it (`appliance init` makes one for a new install)")
+    box = SecretBox(load_master_key(config.master_key_path))
     db = Database(config.database_file, synchronous=config.storage.synchronous).open()
-    runtime = Runtime(config=config, db=db, box=SecretBox(load_master_key(config.master_key_path)),
-                      clock=clock or Clock())
+    try:
+        check_master_key(db, box, config.master_key_path)
+    except SecretError:
+        db.close()
+        raise
+    runtime = Runtime(config=config, db=db, box=box, clock=clock or Clock())
     _seal_endpoint_credentials_left_in_clear(runtime)
     return runtime
+
+
+def create_runtime(config: Config, clock: Clock | None = None) -> Runtime:
+    """`initialize`, then `open_runtime`: for `appliance demo`, which may start from nothing."""
+    initialize(config)
+    return open_runtime(config, clock)
+
+
+def check_master_key(db: Database, box: SecretBox, path: object) -> None:
+    expected = secrets.key_id_in_use(db.reader())
+    if expected is not None and expected != box.key_id:
+        raise SecretError(f"the master key {path} is {box.key_id}, but the stored secrets were sealed with "
+                          f"{expected}: point [security] master_key_file at that key")
 
 
 def _seal_endpoint_credentials_left_in_clear(runtime: Runtime) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from appliance import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from bench.submit import bundle, submit_body
 
 
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         config_file.write_text(f'[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
                                '[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n'
                                '[plugins]\ndirs = []\n')
-        runtime = open_runtime(load_config(config_file))
+        runtime = create_runtime(load_config(config_file))
         try:
             tenant = tenancy.create_tenant(runtime, "Bench")
             tenancy.import_bundle(runtime, tenant, json.dumps(bundle()).encode(), "json")

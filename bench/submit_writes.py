@@ -26,7 +26,7 @@ import apsw
 from appliance import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from appliance.storage.db import _configure
 from bench.submit import bundle
 from bench.submit_profile import _drive
@@ -39,7 +39,7 @@ def record(work: Path, leads: int) -> tuple[Path, list]:
     config_file.write_text(f'[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
                            '[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n'
                            '[plugins]\ndirs = []\n')
-    runtime = open_runtime(load_config(config_file))
+    runtime = create_runtime(load_config(config_file))
     snapshot = work / "snapshot.db"
     units: list = []
     try:

@@ -52,7 +52,7 @@ from appliance.domain.lead import (
 from appliance.domain.normalize import to_e164
 from appliance.domain.pipeline import snapshot
 from appliance.ids import floor_id
-from appliance.runtime import Runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime
 from appliance.storage import catalog
 from appliance.storage import leads as lead_store
 
@@ -251,7 +251,7 @@ def setup(work: Path) -> tuple[Runtime, str, str]:
     if not config.exists():
         config.write_text(f'[storage]\npath = "{work / "data"}"\n\n'
                           f'[security]\nrate_limit_per_minute = 0\n\n[plugins]\ndirs = []\n')
-    runtime = open_runtime(load_config(config))
+    runtime = create_runtime(load_config(config))
     meta = work / "tenant.json"
     if meta.exists():
         saved = json.loads(meta.read_text())

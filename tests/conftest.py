@@ -19,7 +19,7 @@ from appliance import tenancy
 from appliance.app import create_app
 from appliance.cli import main as cli_main
 from appliance.config import Config, load_config
-from appliance.runtime import Runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime
 from tests.bundles import standard_bundle
 
 # CI runs the property tests with a fixed seed, so a red run is repeatable and a green one stays
@@ -32,9 +32,13 @@ if os.environ.get("CI"):
 @pytest.fixture
 def config_file(tmp_path: Path) -> Path:
     path = tmp_path / "appliance.toml"
+    # Outbound providers point at a closed loopback port: a test must never reach a real host.
+    closed = "http://127.0.0.1:9"
     path.write_text(
         f'[storage]\npath = "{tmp_path / "data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
-        f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n'
+        f'[sms.twilio]\nbase_url = "{closed}"\n[sms.telnyx]\nbase_url = "{closed}"\n'
+        f'[pixels.social]\nbase_url = "{closed}"\n[pixels.video]\nbase_url = "{closed}"\n\n'
+        f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n'  # last: tests append keys to it
     )
     return path
 
@@ -46,7 +50,7 @@ def config(config_file: Path) -> Config:
 
 @pytest.fixture
 def runtime(config: Config) -> Iterator[Runtime]:
-    rt = open_runtime(config)
+    rt = create_runtime(config)
     try:
         yield rt
     finally:
@@ -106,5 +110,13 @@ class Cli:
 
 
 @pytest.fixture
-def cli(config_file: Path) -> Cli:
+def bare_cli(config_file: Path) -> Cli:
+    """The CLI before `appliance init`: no data folder, database or master key yet."""
     return Cli(config_file)
+
+
+@pytest.fixture
+def cli(bare_cli: Cli) -> Cli:
+    """The CLI of an install made by `appliance init`, as an operator starts."""
+    bare_cli("init")
+    return bare_cli

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
@@ -27,7 +27,7 @@ HUMAN_REVIEW = {"enabled": True, "action": "human_review", "humanReview": {"reas
 def desk(tmp_path) -> Iterator[tuple[httpx.Client, BuyerServer]]:
     """A served appliance with a held campaign (HR) delivering to a local buyer that answers after
     a short delay, so decisions land while deliveries are in flight."""
-    runtime = open_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
+    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
     try:
         with BuyerServer() as buyer:
             buyer.route("/in", status=200, body={"id": "B-1"}, delay=0.15)

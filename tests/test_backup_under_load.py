@@ -22,7 +22,7 @@ from litestar.testing import TestClient
 
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.buyer_server import wait_until
 from tests.processes import free_port, stop_process
@@ -144,7 +144,7 @@ def test_backup_during_submits_restores_every_acknowledged_lead(tmp_path):
     doctor = subprocess.run([sys.executable, "-m", "appliance", "--config", str(restored_config), "doctor"],
                             capture_output=True, text=True, timeout=60)
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
-    runtime = open_runtime(settings)
+    runtime = create_runtime(settings)
     try:
         with TestClient(create_app(runtime, background=False)) as client:
             headers = {"X-API-Key": key}

@@ -18,7 +18,8 @@ from appliance.runtime import open_runtime
 from tests.bundles import standard_bundle
 
 
-def test_init_is_idempotent_and_creates_a_private_master_key(cli, config):
+def test_init_is_idempotent_and_creates_a_private_master_key(bare_cli, config):
+    cli = bare_cli
     first = cli("init").stdout
     assert "created" in first
     key_mode = stat.S_IMODE(os.stat(config.master_key_path).st_mode)

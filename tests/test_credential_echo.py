@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Received, Reply, wait_until
 from tests.conftest import make_tenant
@@ -131,7 +131,7 @@ def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, ca
                    {"pixelId": "TT-1", "platform": "video", "accessToken": TIKTOK_TOKEN}],
     }
     caplog.set_level(logging.DEBUG)
-    runtime = open_runtime(load_config(config_path))
+    runtime = create_runtime(load_config(config_path))
     shown: list[str] = []
     try:
         tenant = make_tenant(runtime, "Echo", bundle)

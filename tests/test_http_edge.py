@@ -16,7 +16,7 @@ from litestar.testing import TestClient
 from appliance import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 
 UNAUTHORIZED = {"success": False, "error": {"code": "UNAUTHORIZED", "message": "Authentication required"}}
 
@@ -84,7 +84,7 @@ def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
     logging.getLogger("appliance.storage").addHandler(handler)
-    runtime = open_runtime(config)
+    runtime = create_runtime(config)
     try:
         assert runtime.db.changes is None
         tenant_id = tenancy.create_tenant(runtime, "No signal")
@@ -146,7 +146,7 @@ def test_every_request_gets_a_distinct_request_id(client, tenant):
 def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path):
     config_file = tmp_path / "c.toml"
     config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n[security]\nrate_limit_per_minute = 3\n')
-    runtime = open_runtime(load_config(config_file))
+    runtime = create_runtime(load_config(config_file))
     try:
         tenant_id = tenancy.create_tenant(runtime, "Limited")
         first = tenancy.create_key(runtime, tenant_id).key

@@ -21,7 +21,7 @@ import uvicorn
 from appliance import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import Runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
 from tests.processes import free_port
@@ -70,7 +70,7 @@ def person(n: int) -> dict:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory) -> Iterator[tuple[str, Runtime, object]]:
     tmp = tmp_path_factory.mktemp("limits")
-    runtime = open_runtime(load_config(write_config(tmp, rate_limit=0)))
+    runtime = create_runtime(load_config(write_config(tmp, rate_limit=0)))
     tenant = make_tenant(runtime, "Limits", standard_bundle())
     try:
         with live_server(runtime, background=False) as base:
@@ -126,7 +126,7 @@ def _post_raw(base: str, path: str, headers: dict[str, str], chunks, *, chunked:
 # ---- rate limit ---------------------------------------------------------------------------------
 
 def test_rate_limit_is_per_key_with_retry_after_on_a_real_server(tmp_path):
-    runtime = open_runtime(load_config(write_config(tmp_path, rate_limit=5)))
+    runtime = create_runtime(load_config(write_config(tmp_path, rate_limit=5)))
     try:
         tenant_id = tenancy.create_tenant(runtime, "Limited")
         first = tenancy.create_key(runtime, tenant_id).key

@@ -47,7 +47,7 @@ import httpx
 import pytest
 
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer
 from tests.conftest import make_tenant
@@ -170,7 +170,7 @@ def seeded(tmp_path_factory, providers):
     tmp = tmp_path_factory.mktemp("schemathesis")
     base_url = providers.url("").rstrip("/")
     extra = f'\n[sms.twilio]\nbase_url = "{base_url}"\n\n[pixels.social]\nbase_url = "{base_url}"\n'
-    runtime = open_runtime(load_config(write_config(tmp, extra=extra)))
+    runtime = create_runtime(load_config(write_config(tmp, extra=extra)))
     bundle = standard_bundle()
     bundle["campaigns"].append(campaign("AC04", "Held for review",
                                         firstIntakeAction={"enabled": True, "action": "human_review"}))

@@ -23,7 +23,7 @@ from litestar.routes import HTTPRoute
 
 from appliance import apikeys, tenancy
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from appliance.storage import tenants as tenant_store
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply, wait_until
@@ -432,7 +432,7 @@ def _up(base: str) -> bool:
 # ---- SSRF through the real worker -------------------------------------------------------------
 
 def test_private_destinations_are_refused_end_to_end(tmp_path):
-    runtime = open_runtime(load_config(write_config(tmp_path)))
+    runtime = create_runtime(load_config(write_config(tmp_path)))
     try:
         with BuyerServer() as buyer:
             buyer.route("/in", status=200, body={"id": "B-1"})
@@ -474,7 +474,7 @@ def test_private_destinations_are_refused_end_to_end(tmp_path):
 
 
 def test_redirects_are_not_followed_end_to_end(tmp_path):
-    runtime = open_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
+    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
     try:
         with BuyerServer() as buyer:
             buyer.route("/moved", status=302, headers={"Location": buyer.url("/internal")})

@@ -22,7 +22,7 @@ import uvicorn
 from appliance.api.server_protocol import MAX_HEAD_BYTES, server_protocol
 from appliance.app import create_app
 from appliance.config import ServerConfig, load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import Cli, make_tenant
 from tests.processes import free_port, stop_process
@@ -59,7 +59,7 @@ def protocol_server(app, header_timeout: float = TIMEOUT, cap: int = CAP, lifesp
 def served(tmp_path_factory):
     """The real app: (port, tenant)."""
     tmp = tmp_path_factory.mktemp("protocol")
-    runtime = open_runtime(load_config(write_config(tmp)))
+    runtime = create_runtime(load_config(write_config(tmp)))
     try:
         tenant = make_tenant(runtime, "Protocol", standard_bundle())
         with protocol_server(create_app(runtime, background=False)) as port:

@@ -17,7 +17,7 @@ from litestar.testing import TestClient
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.domain.sms_rules import count_segments, is_e164, sender_problem
-from appliance.runtime import Runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime
 from appliance.storage import messages as message_store
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply, free_port
@@ -275,7 +275,7 @@ def test_builtin_default_provider(client, runtime, fake):
 def test_builtin_default_provider_from_config(tmp_path, fake):
     path = tmp_path / "telnyx.toml"
     path.write_text(config_text(tmp_path, fake.url(""), '[sms]\ndefault_provider = "telnyx"\n'))
-    runtime = open_runtime(load_config(path))
+    runtime = create_runtime(load_config(path))
     try:
         bundle = {"sms": {"numbers": [{"number": "+14155550104"}]}, "campaigns": [campaign("BL1", "Builtin")]}
         tenant = make_tenant(runtime, "Telnyx default", bundle)
@@ -360,7 +360,7 @@ def test_tenant_base_url_unreachable_and_guarded(tmp_path, fake):
         path = folder / "appliance.toml"
         path.write_text(config_text(folder, fake.url(""),
                                     f"[delivery]\nallow_private_addresses = {str(allow).lower()}\n"))
-        runtime: Runtime = open_runtime(load_config(path))
+        runtime: Runtime = create_runtime(load_config(path))
         try:
             tenant = make_tenant(runtime, "Unreachable", bundle)
             with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as client:

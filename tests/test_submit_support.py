@@ -20,7 +20,7 @@ from litestar.testing import TestClient
 from appliance import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import Runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime
 from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import Tenant, make_tenant
@@ -65,7 +65,7 @@ def configured(tmp_path: Path, extra_toml: str) -> Iterator[tuple[Runtime, TestC
     config_file = tmp_path / "custom.toml"
     config_file.write_text(f'[storage]\npath = "{tmp_path / "custom-data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
                            f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n\n{extra_toml}\n')
-    runtime = open_runtime(load_config(config_file))
+    runtime = create_runtime(load_config(config_file))
     fake = FakeClock(START)
     runtime.clock = fake
     try:

@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 
 from appliance.app import create_app
 from appliance.config import load_config
-from appliance.runtime import open_runtime
+from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
 from tests.test_submit_support import SUBMIT, lead_count, person, table_count
@@ -24,7 +24,7 @@ def env(tmp_path_factory) -> Iterator[tuple]:
     config_file = tmp / "appliance.toml"
     config_file.write_text(f'[storage]\npath = "{tmp / "data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
                            f'[plugins]\ndirs = ["{tmp / "plugins"}"]\n')
-    runtime = open_runtime(load_config(config_file))
+    runtime = create_runtime(load_config(config_file))
     tenant = make_tenant(runtime, "Validation", standard_bundle())
     other = make_tenant(runtime, "Other", standard_bundle(prefix="O"))
     try:

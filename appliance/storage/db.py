@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from typing import Any, NamedTuple, TypeVar
 import apsw
 
 from appliance.private_paths import private_file
-from appliance.storage import migrations
+from appliance.storage import migrations, secrets
 from appliance.storage.change_signal import ChangeSignal, open_signal
 
 log = logging.getLogger("appliance.storage")
@@ -452,6 +454,59 @@ class Database:
                 backup.step(-1)
         finally:
             target.close()
+
+
+def inspect_backup(path: Path) -> str | None:
+    """Check that `path` is a sound appliance database; answers the master key id its secrets
+    were sealed with (None when it holds none). Raises StorageError saying what is wrong."""
+    try:
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    except apsw.Error as exc:
+        raise StorageError(f"cannot open backup {path}: {exc}") from None
+    try:
+        (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
+        if verdict != "ok":
+            raise StorageError(f"backup {path} fails its integrity check: {verdict}")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone() is None:
+            raise StorageError(f"{path} is a database, but not an appliance's")
+        return secrets.key_id_in_use(conn)
+    except apsw.Error as exc:
+        raise StorageError(f"backup {path} is not a readable database: {exc}") from None
+    finally:
+        conn.close()
+
+
+def restore_database(backup: Path, database_file: Path, keep_as: Path) -> bool:
+    """Put a copy of `backup` in place of `database_file` (no server may have it open). The
+    database it replaces is kept as `keep_as`, whole (its WAL checkpointed into it first); the old
+    WAL and shared-memory files are removed, so nothing of them is applied to the restored file.
+    True when there was a database to keep."""
+    staged = database_file.with_name(database_file.name + ".restoring")
+    staged.unlink(missing_ok=True)
+    try:
+        private_file(staged)
+        with open(backup, "rb") as source, open(staged, "r+b") as target:
+            shutil.copyfileobj(source, target, 1024 * 1024)
+            target.flush()
+            os.fsync(target.fileno())
+        kept = database_file.exists()
+        if kept:
+            conn = apsw.Connection(str(database_file))
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.close()
+            os.replace(database_file, keep_as)
+        for suffix in ("-wal", "-shm"):
+            database_file.with_name(database_file.name + suffix).unlink(missing_ok=True)
+        os.replace(staged, database_file)
+        folder = os.open(database_file.parent, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+    except (OSError, apsw.Error) as exc:
+        staged.unlink(missing_ok=True)
+        raise StorageError(f"restore failed: {exc}") from None
+    return kept
 
 
 class _LoopWrites:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import apsw
+import msgspec
 
 
 def put_sealed(conn: apsw.Connection, tenant_id: str, ref: str, sealed: bytes, now: str) -> None:
@@ -18,6 +19,15 @@ def get_sealed(conn: apsw.Connection, tenant_id: str, ref: str) -> bytes | None:
         "SELECT sealed FROM secrets WHERE tenant_id = ? AND ref = ?", (tenant_id, ref)
     ).fetchone()
     return found[0] if found else None
+
+
+def key_id_in_use(conn: apsw.Connection) -> str | None:
+    """The master key id one stored secret was sealed under (every one is sealed under the same),
+    or None before the first secret."""
+    found = conn.execute("SELECT sealed FROM secrets LIMIT 1").fetchone()
+    if found is None:
+        return None
+    return msgspec.json.decode(found[0], type=dict).get("kmsKeyId")
 
 
 def refs_with_prefix(conn: apsw.Connection, tenant_id: str, prefix: str) -> list[str]:

@@ -1,0 +1,67 @@
+"""One `appliance serve` per data folder. Two servers on one SQLite file would fight over its
+write lock (and double every delivery), and `restore` must not swap the file under a server.
+
+The server holds an exclusive `flock` on `<data folder>/serve.lock` for its whole life; the
+operating system drops it when the process ends, however it ends (kill -9 too), so a stale lock
+file never blocks a restart. The file says who holds it, for the refusal message."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+from typing import IO
+
+from appliance.private_paths import FILE_MODE
+
+LOCK_NAME = "serve.lock"
+
+
+class DataFolderBusy(Exception):
+    """Another server runs on the data folder; the message names it."""
+
+
+def _describe(handle: IO[str], folder: Path) -> str:
+    handle.seek(0)
+    try:
+        held = json.loads(handle.read() or "{}")
+    except ValueError:
+        held = {}
+    who = ", ".join(f"{k} {held[k]}" for k in ("pid", "url", "since") if held.get(k)) or "pid unknown"
+    return f"another appliance serve ({who}) is running on the data folder {folder}"
+
+
+def _open(folder: Path) -> IO[str]:
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    return os.fdopen(fd, "r+")
+
+
+def hold(folder: Path, url: str, since: str) -> IO[str]:
+    """Take the folder for this process (keep the returned file open while serving), or raise
+    DataFolderBusy naming the server that has it."""
+    handle = _open(folder)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        busy = _describe(handle, folder)
+        handle.close()
+        raise DataFolderBusy(busy) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps({"pid": os.getpid(), "url": url, "since": since}))
+    handle.flush()
+    return handle
+
+
+def running_server(folder: Path) -> str | None:
+    """Who serves on the folder now, or None."""
+    if not (folder / LOCK_NAME).exists():
+        return None
+    with _open(folder) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _describe(handle, folder)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
