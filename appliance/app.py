@@ -13,7 +13,7 @@ from litestar import Litestar
 from litestar.routes import HTTPRoute
 from litestar.types import Message, Receive, Scope, Send
 
-from appliance import __version__
+from appliance import __version__, logs
 from appliance.api import campaigns, catalog, files, health, leads, openapi, pixels, sms, submissions
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY
@@ -53,6 +53,7 @@ class ApplianceApp(Litestar):
             return
         started = time.perf_counter()
         rid = request_id()
+        logs.bind(requestId=rid)
         state = scope.setdefault("state", {})
         state["request_id"] = rid
         header = (b"x-request-id", rid.encode())
@@ -122,6 +123,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         lifespan=[lifespan],
         openapi_config=openapi.openapi_config("Lead appliance", __version__),
         debug=False,
+        logging_config=None,  # logging is configured once for the process (appliance/logs.py)
     )
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)

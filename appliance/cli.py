@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from appliance import __version__, tenancy
+from appliance import __version__, logs, tenancy
 from appliance.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
@@ -117,6 +117,7 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
 
     bind_host, bind_port = host or config.server.host, port or config.server.port
     url = f"http://{bind_host}:{bind_port}"
+    logs.configure(config.logging.format, config.log_level)
     try:
         runtime = open_runtime(config)
     except (StorageError, SecretError) as exc:
@@ -141,7 +142,7 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
         gc.set_threshold(10_000, 10, 10)
         # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
-        uvicorn.run(app, host=bind_host, port=bind_port, log_level=config.server.log_level,
+        uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
                     access_log=False, server_header=False, proxy_headers=False, lifespan="on",
                     http=server_protocol(config.server))
     finally:

@@ -45,6 +45,17 @@ class ServerConfig(Settings):
             invalid("max_incomplete_requests", "must be 1 or more")
 
 
+class LoggingConfig(Settings):
+    format: str = "text"  # "text" lines for a person, "json" lines for a log collector
+    level: str = ""  # empty: [server] log_level (where the level was set before [logging])
+
+    def __post_init__(self) -> None:
+        if self.format not in ("text", "json"):
+            invalid("format", "must be text or json")
+        if self.level and self.level not in LOG_LEVELS:
+            invalid("level", f"must be one of {', '.join(LOG_LEVELS)}")
+
+
 class StorageConfig(Settings):
     path: str = "./data"  # folder holding appliance.db (relative to the working directory)
     synchronous: str = "FULL"
@@ -170,6 +181,7 @@ class DefaultsConfig(Settings):
 
 class Config(Settings):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
@@ -177,6 +189,10 @@ class Config(Settings):
     pixels: PixelsConfig = msgspec.field(default_factory=PixelsConfig)
     plugins: PluginsConfig = msgspec.field(default_factory=PluginsConfig)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+
+    @property
+    def log_level(self) -> str:
+        return self.logging.level or self.server.log_level
 
     @property
     def data_dir(self) -> Path:

@@ -18,12 +18,13 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
-from appliance.adapters.outbound import Scrubber, http_client
+from appliance.adapters.outbound import Scrubber, http_client, stack_of
 from appliance.clock import iso
 from appliance.domain.lead import JourneyEvent
 from appliance.domain.pixel_payloads import event_id as stable_event_id
@@ -37,6 +38,8 @@ from appliance.storage import messages as store
 from appliance.storage import secrets
 
 ActionSource = Literal["website", "phone_call", "chat", "system_generated"]
+
+log = logging.getLogger("appliance.pixels")
 
 
 class FireBody(Model):
@@ -88,6 +91,7 @@ async def _send(registry: Registry, platform: str, event: PixelEvent) -> PixelRe
         async with http_client() as http:
             result = await adapter.fire(event, http)
     except Exception as exc:  # a platform adapter's bug is a failed fire, never a 500
+        log.error("pixel platform %r raised %s at\n%s", adapter.name, type(exc).__name__, stack_of(exc))
         return PixelResult(success=False, reason=f"pixel platform failed: {type(exc).__name__}")
     if not isinstance(result, PixelResult):
         return PixelResult(success=False, reason="pixel platform returned no PixelResult")

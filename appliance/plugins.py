@@ -346,9 +346,9 @@ def load_plugins(config: Config, *, builtin_modules: Sequence[str] = BUILTIN_MOD
         if report.error is None:
             return
         where = f"plugin {report.name} ({report.file})" if report.name else report.file
-        log.warning("%s not loaded: %s", where, report.error)
-        if strict:
+        if strict:  # the refusal says it; a warning first would say it twice
             raise PluginError(f"{where}: {report.error}")
+        log.warning("%s not loaded: %s", where, report.error)
 
     for module_name in builtin_modules:
         name = module_name.rsplit(".", 1)[-1]

@@ -89,8 +89,8 @@ def _seal_endpoint_credentials_left_in_clear(runtime: Runtime) -> None:
 
     def unit(conn):
         for tenant_id, stored, credentials in found:
-            for field, value in credentials.items():
-                ref = endpoint_secret_ref(stored.delivery_endpoint_id, field)
+            for name, value in credentials.items():
+                ref = endpoint_secret_ref(stored.delivery_endpoint_id, name)
                 secrets.put_sealed(conn, tenant_id, ref, runtime.box.seal_bytes(value, f"{tenant_id}/{ref}"), now)
             catalog.upsert_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, stored.delivery_endpoint_id, stored, None)
 

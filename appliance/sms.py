@@ -25,13 +25,14 @@ Order of work:
 
 from __future__ import annotations
 
+import logging
 from typing import Annotated, Any
 
 import msgspec
 from msgspec import Meta
 
 from appliance.adapters import netguard
-from appliance.adapters.outbound import Scrubber, http_client
+from appliance.adapters.outbound import Scrubber, http_client, stack_of
 from appliance.clock import iso
 from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
@@ -47,6 +48,8 @@ from appliance.storage import leads as lead_store
 from appliance.storage import messages as store
 
 MAX_MESSAGE = 1600
+
+log = logging.getLogger("appliance.sms")
 
 
 class SmsSendBody(Model):
@@ -167,6 +170,7 @@ async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str)
         async with http_client() as http:
             result = await adapter.send(message, http)
     except Exception as exc:  # a provider bug is an outage of that provider, never a 500
+        log.error("SMS provider %r raised %s at\n%s", adapter.name, type(exc).__name__, stack_of(exc))
         return SmsResult(accepted=False, status="error", reason=f"SMS provider failed: {type(exc).__name__}")
     if not isinstance(result, SmsResult):
         return SmsResult(accepted=False, status="error", reason="SMS provider returned no SmsResult")

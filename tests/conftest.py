@@ -4,6 +4,7 @@ and the real CLI. Nothing is mocked: tests go through the HTTP API, the CLI and 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +28,17 @@ from tests.bundles import standard_bundle
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+@pytest.fixture(autouse=True)
+def logging_as_it_was() -> Iterator[None]:
+    """`serve` configures the process's logging (its root handler); in-process tests that run it
+    must not leave that handler to the tests after them."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ import binascii
 import json
 import re
 import ssl
+import traceback
 from collections.abc import Iterable
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote, quote_plus
@@ -29,6 +30,8 @@ from urllib.parse import quote, quote_plus
 import certifi
 import httpx
 import msgspec
+
+from appliance.domain.lead import JourneyError
 
 MASK: Final = "***"
 DEFAULT_TIMEOUT_SECONDS: Final = 10.0
@@ -194,3 +197,17 @@ def _mask_basic(match: re.Match[str]) -> str:
 def scrub(text: str | None, secrets: list[str]) -> str | None:
     """One-off form of `Scrubber(secrets)(text)`."""
     return Scrubber(secrets)(text)
+
+
+def stack_of(exc: BaseException, limit: int = 10) -> str:
+    """Where `exc` was raised, innermost last, as `file:line in function` lines: a traceback
+    without source text or values, so it carries no request data."""
+    frames = traceback.extract_tb(exc.__traceback__)[-limit:]
+    return "\n".join(f"{frame.filename}:{frame.lineno} in {frame.name}" for frame in frames)
+
+
+def adapter_crash(exc: BaseException, scrub: Scrubber) -> JourneyError:
+    """What an adapter's exception leaves in the journey and the log: its type, its message and
+    where it was raised, with known credentials masked (a plugin may put one in a message)."""
+    message = scrub(f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")) or type(exc).__name__
+    return JourneyError(code="adapter_exception", message=message[:500], stack=scrub(stack_of(exc)))

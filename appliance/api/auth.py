@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from appliance import apikeys
+from appliance import apikeys, logs
 from appliance.errors import Forbidden, RateLimited, Unauthorized
 from appliance.storage.db import Database
 from appliance.storage.tenants import KeyRecord, find_active_key
@@ -89,6 +89,7 @@ def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> Key
     if record is None:
         raise Unauthorized()
     scope["state"]["principal"] = record
+    logs.bind(tenantId=record.tenant_id)
     if record.kind == "source" and path_template != SUBMIT_PATH:
         raise Forbidden()
     app_state.limiter.check(record.key_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,14 +18,15 @@ import apsw
 import httpx
 import msgspec
 
-from appliance.adapters.outbound import Scrubber
+from appliance import logs
+from appliance.adapters.outbound import Scrubber, adapter_crash
 from appliance.bundle import endpoint_secret_ref
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
 from appliance.domain.campaign import Campaign
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
 from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
-from appliance.domain.lead import DeliveryOutcome, LeadRecord, PostingOutcome, Submission
+from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
 from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
@@ -126,6 +128,7 @@ class DeliveryWorker:
                 log.error("closing delivery adapter %r failed: %s", adapter.name, type(exc).__name__)
 
     async def _process(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
+        logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
             if job.kind == "evaluate":
                 await self._evaluate(job)
@@ -135,7 +138,7 @@ class DeliveryWorker:
             raise
         except Exception as exc:
             error = f"internal error: {type(exc).__name__}"
-            log.error("job %d (%s) failed: %s", job.job_id, job.kind, error)
+            log.error("job %d (%s) failed: %s at %s", job.job_id, job.kind, error, where(exc))
             now = iso(self.runtime.clock.now())
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
 
@@ -228,6 +231,7 @@ class DeliveryWorker:
         if reserved is None:
             return  # queued until a window opens or a limit resets
         attempt = reserved.attempt
+        crash: JourneyError | None = None
         opened = self._endpoint(attempt, reserved.campaign)
         endpoint = opened.endpoint if opened is not None else None
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
@@ -250,9 +254,11 @@ class DeliveryWorker:
             except TimeoutError:
                 result = DeliveryResult(outcome="error", reason="delivery deadline passed")
             except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
-                result = DeliveryResult(outcome="error", reason=f"adapter raised {type(exc).__name__}")
+                crash = adapter_crash(exc, opened.scrubber)
+                log.error("delivery adapter %r raised %s\n%s", endpoint.adapter, crash.message, crash.stack)
+                result = DeliveryResult(outcome="error", reason=f"adapter raised {crash.message}")
             result = scrubbed(result, opened.scrubber)
-        await self._record(attempt, reserved, result, endpoint)
+        await self._record(attempt, reserved, result, endpoint, crash)
 
     def _wait_for_decision(self, conn: apsw.Connection, job: jobs.Job) -> None:
         """A job whose lead an open or refused approval holds (a retry scheduled before the decision)
@@ -332,11 +338,22 @@ class DeliveryWorker:
                        submission=msgspec.structs.replace(attempt.submission, campaign=snapshot(target)))
 
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
-                      endpoint: DeliveryEndpoint | None = None) -> None:
-        await self.runtime.db.write(lambda conn: self._record_unit(conn, attempt, reserved, result, endpoint))
+                      endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None) -> None:
+        await self.runtime.db.write(lambda conn: self._record_unit(conn, attempt, reserved, result, endpoint, crash))
+        # Logged once it is committed (a write unit may run more than once).
+        job, where_to = attempt.job, endpoint.delivery_endpoint_id if endpoint is not None else "-"
+        if result.outcome == "success":
+            log.debug("delivered to %s (attempt %d)", where_to, job.attempts)
+        elif result.outcome == "error" and retries_left(endpoint, job.attempts):
+            log.warning("delivery to %s failed with an error, to be retried (attempt %d): %s", where_to,
+                        job.attempts, result.reason)
+        elif result.outcome == "error":
+            log.error("delivery to %s gave up after %d attempts: %s", where_to, job.attempts, result.reason)
+        else:
+            log.warning("delivery to %s refused by the buyer (%s): %s", where_to, result.outcome, result.reason)
 
     def _record_unit(self, conn: apsw.Connection, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
-                     endpoint: DeliveryEndpoint | None) -> None:
+                     endpoint: DeliveryEndpoint | None, crash: JourneyError | None) -> None:
         job, now_dt = attempt.job, self.runtime.clock.now()
         now = iso(now_dt)
         posting = PostingOutcome(success=result.outcome == "success", client_lead_id=result.client_lead_id,
@@ -353,23 +370,19 @@ class DeliveryWorker:
                          job_state="done", event_kind="delivered", details=details)
             return
         jobs.release_reservations(conn, job.tenant_id, job.job_id)
-        retry = endpoint.retry if endpoint is not None else None
-        max_attempts = retry.max_attempts if retry else len(DEFAULT_BACKOFF) + 1
-        backoff = list(retry.backoff_seconds) if retry and retry.backoff_seconds else list(DEFAULT_BACKOFF)
-        if result.outcome == "error" and job.attempts < max_attempts:
-            wait = backoff[min(job.attempts - 1, len(backoff) - 1)]
-            due = iso(now_dt + timedelta(seconds=float(wait)))
+        if result.outcome == "error" and retries_left(endpoint, job.attempts):
+            due = iso(now_dt + timedelta(seconds=float(retry_delay(endpoint, job.attempts))))
             jobs.reschedule(conn, job.job_id, due, now, error=result.reason)
             self._settle(conn, attempt, (posting, delivery, result), None,
                          f"{result.reason or 'error'}; retry {job.attempts + 1} at {due}", job_state=None,
-                         event_kind="delivery_error", details=details)
+                         event_kind="delivery_error", details=details, error=crash)
             return
         reason = result.reason or result.outcome
         if result.outcome == "error":
             reason = f"{reason}; retries exhausted after {job.attempts} attempts"
         self._settle(conn, attempt, (posting, delivery, result), "failed", reason,
                      job_state="dead" if result.outcome == "error" else "done",
-                     event_kind=f"delivery_{result.outcome}", details=details)
+                     event_kind=f"delivery_{result.outcome}", details=details, error=crash)
 
     def _revenue(self, conn: apsw.Connection, attempt: Attempt, campaign: Campaign, now_dt: datetime) -> None:
         if not campaign.delivery.revenue_milestones:
@@ -382,7 +395,7 @@ class DeliveryWorker:
 
     def _settle(self, conn: apsw.Connection, attempt: Attempt, outcome: tuple | None, status: str | None,
                 reason: str, *, job_state: str | None, event_kind: str | None = None,
-                details: dict | None = None) -> None:
+                details: dict | None = None, error: JourneyError | None = None) -> None:
         """Write the submission (and the lead, when this is its latest submission) after a step."""
         tenant_id, now = attempt.job.tenant_id, iso(self.runtime.clock.now())
         if jobs.job_state(conn, attempt.job.job_id) == "cancelled":
@@ -401,8 +414,10 @@ class DeliveryWorker:
                 changes["response_fields"] = dict(result.response_fields)
         if status is not None:
             changes.update(status=status, result=reason)
-        changes["journey_events"] = [*submission.journey_events, *attempt.events,
-                                     event(now, event_kind or status or "update", reason, details=details)]
+        step = event(now, event_kind or status or "update", reason, details=details)
+        if error is not None:
+            step = msgspec.structs.replace(step, error=error)
+        changes["journey_events"] = [*submission.journey_events, *attempt.events, step]
         submission = msgspec.structs.replace(submission, **changes)
         lead_store.update_submission(conn, tenant_id, submission)
         if status is None:
@@ -472,6 +487,23 @@ def run_intake_action(registry: Any, campaign: Campaign, lead: LeadRecord, submi
         config=msgspec.to_builtins(config) if config is not None else {}))
     for error in errors:
         log.error("intake action %s for %s: %s", action, lead.lead_id, error)
+
+
+def retries_left(endpoint: DeliveryEndpoint | None, attempts: int) -> bool:
+    """Whether an `error` after `attempts` attempts is tried again (the endpoint's retry policy)."""
+    max_attempts = endpoint.retry.max_attempts if endpoint is not None else len(DEFAULT_BACKOFF) + 1
+    return attempts < max_attempts
+
+
+def retry_delay(endpoint: DeliveryEndpoint | None, attempts: int) -> int | float:
+    backoff = list(endpoint.retry.backoff_seconds) if endpoint is not None and endpoint.retry.backoff_seconds \
+        else list(DEFAULT_BACKOFF)
+    return backoff[min(attempts - 1, len(backoff) - 1)]
+
+
+def where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
 
 
 def scrubbed(result: DeliveryResult, scrub: Scrubber) -> DeliveryResult:

@@ -1,0 +1,76 @@
+"""The process's logging, configured once by `serve` and `demo` from `[logging]`: one handler on
+stderr for every logger (uvicorn's included), as text lines or JSON lines.
+
+JSON lines carry `time, level, logger, message`, the ids of what the line is about (`requestId`,
+`tenantId`, `leadId`, `submissionId`) and, for a logged exception, `exception` (its traceback).
+The ids come from a context variable: the request edge binds the request id, authentication the
+tenant, the delivery worker the job's lead and submission, each for its own task only.
+
+No secret may reach a log line: code logs exception types and places, or text that has passed
+the outbound Scrubber (appliance/adapters/outbound.py)."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+CONTEXT_KEYS = ("requestId", "tenantId", "leadId", "submissionId")
+_context: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("appliance_log_context",
+                                                                                default=None)
+
+
+def bind(**ids: str | None) -> None:
+    """Add ids to the current task's log context (a new dict: other tasks keep theirs)."""
+    current = _context.get()
+    _context.set({**(current or {}), **{k: v for k, v in ids.items() if v is not None}})
+
+
+def bound() -> dict[str, str]:
+    return _context.get() or {}
+
+
+def _stamp(record: logging.LogRecord) -> str:
+    seconds = int(record.created)
+    return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{int(record.msecs):03d}Z"
+
+
+class JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {"time": _stamp(record), "level": record.levelname, "logger": record.name,
+                                "message": record.getMessage(), **bound()}
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return msgspec.json.encode(line).decode()
+
+
+class TextLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ids = " ".join(f"{k}={v}" for k, v in bound().items())
+        text = f"{_stamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if ids:
+            text += f" [{ids}]"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+def configure(fmt: str, level: str) -> None:
+    """Route every logger through one stderr handler in `fmt` ("text" or "json") at `level`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if fmt == "json" else TextLines())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "litestar"):
+        logger = logging.getLogger(name)
+        for old in list(logger.handlers):
+            logger.removeHandler(old)
+        logger.propagate = True
+        logger.setLevel(logging.NOTSET)

@@ -1,0 +1,153 @@
+"""Logs of a real `appliance serve`: JSON lines (or text) through one handler, uvicorn's included,
+with the ids of what each line is about; deliveries that error, are retried, give up or are
+refused, and plugin exceptions (with where they were raised, also in the journey event's `error`)
+are logged; no secret of the tenant's bundle appears anywhere in the log."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from appliance import logs
+from tests.bundles import campaign, standard_bundle
+from tests.buyer_server import BuyerServer, Reply
+from tests.processes import free_port, stop_process
+
+RAISING_PLUGIN = '''
+from appliance.sdk import DeliveryAdapter, hookimpl
+
+class Raising(DeliveryAdapter):
+    name = "raising"
+
+    async def deliver(self, request, http):
+        raise RuntimeError("kaboom with " + request.secrets["auth.token"])
+
+@hookimpl
+def appliance_delivery_adapters(settings):
+    return [Raising()]
+'''
+PLUGIN_TOKEN = "plugin-secret-token-5Gh2"
+HEADER_TOKEN = "buyer-header-token-8Jk4"
+BUNDLE_SECRETS = (PLUGIN_TOKEN, HEADER_TOKEN, "endpoint-secret-token-123", "sms-secret-token-456",
+                  "pixel-secret-token-789", "imported-source-key-A-0123456789")
+
+
+def cli(config: Path, *args: str) -> dict:
+    done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), *args, "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_served_run_logs_json_lines_with_ids_and_no_secrets(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "raising.py").write_text(RAISING_PLUGIN)
+    port = free_port()
+    config = tmp_path / "appliance.toml"
+    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[server]\nport = {port}\n'
+                      f'[logging]\nformat = "json"\nlevel = "debug"\n[delivery]\nallow_private_addresses = true\n'
+                      f'[plugins]\ndirs = ["{plugins}"]\n')
+    subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "init"], check=True,
+                   capture_output=True, timeout=60)
+    with BuyerServer() as buyer:
+        buyer.route("/flaky", Reply(status=503, body={"error": "busy"}))
+        buyer.route("/no", Reply(status=400, body={"error": "not buying"}))
+        bundle = standard_bundle()
+        retry = {"maxAttempts": 2, "backoffSeconds": [0.2]}
+        bundle["deliveryEndpoints"] += [
+            {"deliveryEndpointId": "flaky", "url": buyer.url("/flaky"), "retry": retry,
+             "headers": {"X-Buyer-Token": HEADER_TOKEN}},
+            {"deliveryEndpointId": "no", "url": buyer.url("/no"), "retry": retry},
+            {"deliveryEndpointId": "boom", "adapter": "raising", "url": "https://buyer.example.com/in",
+             "retry": {"maxAttempts": 1}, "auth": {"type": "bearer", "token": PLUGIN_TOKEN}}]
+        bundle["campaigns"] += [campaign(code, code, delivery={"deliveryEndpointId": endpoint})
+                                for code, endpoint in (("FLK", "flaky"), ("NOB", "no"), ("BOM", "boom"))]
+        tenant_id = cli(config, "tenant", "create", "Logged")["tenantId"]
+        (tmp_path / "bundle.json").write_text(json.dumps(bundle))
+        cli(config, "import", "--tenant", tenant_id, str(tmp_path / "bundle.json"))
+        key = cli(config, "key", "create", "--tenant", tenant_id)["key"]
+
+        log_path = tmp_path / "server.log"
+        with open(log_path, "wb") as log_file:
+            proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config), "serve"],
+                                    stdout=log_file, stderr=subprocess.STDOUT)
+            try:
+                base = f"http://127.0.0.1:{port}"
+                deadline = time.monotonic() + 20
+                while True:
+                    assert proc.poll() is None, log_path.read_text()
+                    try:
+                        if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.1)
+                    assert time.monotonic() < deadline, log_path.read_text()
+                leads = {}
+                with httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=10) as http:
+                    for n, code in enumerate(("FLK", "NOB", "BOM")):
+                        answer = http.post("/api/v1/leads/submit", json={
+                            "campaignId": code, "firstName": "Lo", "lastName": f"Gged{n}",
+                            "email": f"logged{n}@example.com", "phone": f"+1415555{n:04d}"})
+                        assert answer.status_code == 201, answer.text
+                        leads[code] = answer.json()["data"]
+                    deadline = time.monotonic() + 15
+                    while any(http.get(f"/api/v1/leads/{d['leadId']}").json()["data"]["status"] != "failed"
+                              for d in leads.values()):
+                        assert time.monotonic() < deadline, log_path.read_text()
+                        time.sleep(0.1)
+                    boom = http.get(f"/api/v1/leads/{leads['BOM']['leadId']}").json()["data"]
+            finally:
+                stop_process(proc)
+    text = log_path.read_text()
+    lines = [json.loads(line) for line in text.splitlines()]  # every line is one JSON object
+    for line in lines:
+        assert {"time", "level", "logger", "message"} <= set(line), line
+    assert any(line["logger"].startswith("uvicorn") for line in lines)  # uvicorn's own lines, same handler
+
+    def about(lead: dict, words: str) -> dict:
+        found = [line for line in lines if words in line["message"] and line.get("leadId") == lead["leadId"]]
+        assert found, (words, text)
+        assert found[0]["submissionId"] == lead["submissionId"] and found[0]["tenantId"] == tenant_id
+        return found[0]
+
+    assert about(leads["FLK"], "to be retried")["level"] == "WARNING"
+    assert about(leads["FLK"], "gave up after 2 attempts")["level"] == "ERROR"
+    assert about(leads["NOB"], "refused by the buyer")["level"] == "WARNING"
+    crash = about(leads["BOM"], "delivery adapter 'raising' raised RuntimeError: kaboom with ***")
+    assert "raising.py" in crash["message"] and "in deliver" in crash["message"]  # where it was raised
+    error = boom["submissions"][-1]["journeyEvents"][-1]["error"]
+    assert error["code"] == "adapter_exception" and error["message"] == "RuntimeError: kaboom with ***"
+    assert "raising.py" in error["stack"]
+    for secret in BUNDLE_SECRETS:
+        assert secret not in text, secret
+
+
+def test_text_and_json_lines_carry_the_bound_ids(capsys):
+    # In a context of its own: the ids bound here stay out of the tests that follow.
+    contextvars.copy_context().run(log_two_lines, capsys)
+
+
+def log_two_lines(capsys):
+    for fmt in ("json", "text"):
+        logs.configure(fmt, "info")
+        logs.bind(requestId="req_1", tenantId="tnt_1")
+        logging.getLogger("appliance.test").info("hello %s", "there")
+        logging.getLogger("appliance.test").debug("not at info")
+        line = capsys.readouterr().err.strip()
+        if fmt == "json":
+            record = json.loads(line)
+            assert record["message"] == "hello there" and record["level"] == "INFO"
+            assert record["logger"] == "appliance.test"
+            assert record["requestId"] == "req_1" and record["tenantId"] == "tnt_1"
+            assert record["time"].endswith("Z")
+        else:
+            assert line.endswith("Z INFO    appliance.test: hello there [requestId=req_1 tenantId=tnt_1]")
+            assert "\n" not in line
