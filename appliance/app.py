@@ -14,7 +14,7 @@ from litestar.routes import HTTPRoute
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
-from appliance.api import campaigns, catalog, files, health, leads, openapi, pixels, sms, submissions
+from appliance.api import campaigns, catalog, files, health, leads, metrics, openapi, pixels, sms, submissions
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY
 from appliance.api.submit_edge import answer_submit
@@ -116,7 +116,8 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
-                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES],
+                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES,
+                        *metrics.routes(runtime.config.metrics.enabled)],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
@@ -129,6 +130,8 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
     app.state.key_cache = KeyCache(runtime.db)
     app.state.settings = settings
+    if runtime.config.metrics.enabled:
+        app.state.render_metrics = metrics.renderer(runtime)
     app.state.campaign_pages = campaigns.PageCache()
     app.state.registry = registry
     app.state.worker = worker

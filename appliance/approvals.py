@@ -1,4 +1,4 @@
-"""POST /api/v1/leads/{leadId}/approve: the transitions of interface 3 and CONTRACT 4 step 6.
+"""POST /api/v1/leads/{leadId}/approve: the human review decisions (approved, rejected, pending).
 Decisions on one lead are serialized by the one writer: each reads the lead inside its own write
 unit. What a decision does is decided in appliance/domain/approval."""
 

@@ -1,4 +1,4 @@
-"""Tenant bundles: the JSON or TOML file `appliance import` reads and `export` writes (CONTRACT 7).
+"""Tenant bundles: the JSON or TOML file `appliance import` reads and `export` writes.
 
 Decoding reports every problem it finds as a `"<path>: <what is wrong>"` string, item by item, and
 then checks what one item cannot: unique ids and references between items. Plaintext secrets are

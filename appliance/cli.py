@@ -165,7 +165,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 @click.pass_context
 def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Set up a demo tenant with sample campaigns, print a fresh key and a curl line, and serve."""
-    from appliance.demo import ensure_demo_tenant
+    from appliance.demo import DEMO_LEAD, ensure_demo_tenant
 
     config = ctx.obj["config"]()
     try:
@@ -182,8 +182,11 @@ def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
     def banner(base_url: str) -> None:
         click.echo(f"demo tenant {tenant_id}")
         click.echo(f"API key (shown once): {key}")
-        click.echo("try:")
-        click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/campaigns")
+        click.echo("submit a lead (the demo buyer inside the appliance takes it within a second):")
+        click.echo(f"  curl -s -X POST -H 'X-API-Key: {key}' -H 'Content-Type: application/json' "
+                   f"{base_url}/api/v1/leads/submit -d '{json.dumps(DEMO_LEAD, separators=(',', ':'))}'")
+        click.echo("then see it delivered:")
+        click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/leads")
 
     _serve(config, host, port, banner)
 

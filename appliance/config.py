@@ -168,6 +168,11 @@ class PluginsConfig(Settings):
                     invalid(name if path == "body" else f"{name}.{path}", problem)
 
 
+class MetricsConfig(Settings):
+    enabled: bool = True  # false: GET /metrics answers 404
+    token: str = ""  # set: /metrics asks for `Authorization: Bearer <token>`
+
+
 class DefaultsConfig(Settings):
     region: str = "US"
     dedupe_window_days: int = 30
@@ -189,6 +194,7 @@ class Config(Settings):
     pixels: PixelsConfig = msgspec.field(default_factory=PixelsConfig)
     plugins: PluginsConfig = msgspec.field(default_factory=PluginsConfig)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+    metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
 
     @property
     def log_level(self) -> str:

@@ -43,7 +43,7 @@ DEMO_BUNDLE = {
     ],
     "deliveryEndpoints": [{
         "deliveryEndpointId": "demo-buyer",
-        "url": "https://buyer.example.com/leads",
+        "adapter": "demo",  # the buyer inside the appliance: every lead it gets is delivered
         "fieldMapping": [
             {"clientKey": "first_name", "leadField": "firstName", "required": True},
             {"clientKey": "last_name", "leadField": "lastName", "required": True},
@@ -99,13 +99,16 @@ DEMO_BUNDLE = {
 }
 
 
+# A lead the demo's curl line submits: AUTO2 has no delivery window, and the lead passes its rules.
+DEMO_LEAD = {"campaignId": "AUTO2", "firstName": "Ada", "lastName": "Lovelace", "email": "ada@example.com",
+             "phone": "+15125550100", "address": {"state": "TX"}}
+
+
 def ensure_demo_tenant(runtime: Runtime) -> tuple[str, str]:
-    """The demo tenant (created with its sample bundle on first use) and a fresh key for it:
-    keys are shown once, so every run prints a new one."""
+    """The demo tenant, its sample bundle imported again (an upsert: a demo made by an earlier
+    version gets the current one), and a fresh key for it: keys are shown once, so every run
+    prints a new one."""
     existing = [tid for tid, name, _ in list_tenants(runtime.db.reader()) if name == DEMO_TENANT]
-    if existing:
-        tenant_id = existing[0]
-    else:
-        tenant_id = tenancy.create_tenant(runtime, DEMO_TENANT)
-        tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(DEMO_BUNDLE), "json")
+    tenant_id = existing[0] if existing else tenancy.create_tenant(runtime, DEMO_TENANT)
+    tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(DEMO_BUNDLE), "json")
     return tenant_id, tenancy.create_key(runtime, tenant_id, name="demo").key

@@ -1,5 +1,5 @@
 """Every failure the API can answer with, and the one place that turns exceptions into the
-envelope `{success: false, error: {code, message, details?}}` (CONTRACT section 1)."""
+envelope `{success: false, error: {code, message, details?}}`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""File references of a lead (interface 2.5, 4.7 to 4.9).
+"""File references of a lead.
 
 POST /api/v1/files upserts by (leadId, fileKey): a new pair is inserted (201) with a new
 `file_...` id and status `pending` unless given; an existing pair is updated (200) and keeps its
@@ -11,7 +11,7 @@ and digits, a leading dot is dropped, stored in lower case); `documentUrl` and `
 absolute http or https URLs; `provider` and `status` from the interface's value sets; `signedAt`
 ISO 8601 (a date or a timestamp; stored as UTC with milliseconds). The lead must be the caller's
 tenant's: an unknown leadId, or another tenant's, is a VALIDATION_ERROR naming `leadId`
-(CONTRACT 1: a reference inside a body). The reads answer NOT_FOUND for a missing file, and
+. The reads answer NOT_FOUND for a missing file, and
 GET /api/v1/files/{leadId} for a lead that is not the caller's tenant's (the path resource),
 so another tenant's lead cannot be told from a missing one; a lead without files lists
 `{files: [], count: 0}`.
@@ -48,7 +48,7 @@ _URL_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f]")
 
 
 class FileBody(Model):
-    """POST /api/v1/files (interface 4.7)."""
+    """POST /api/v1/files."""
 
     lead_id: Annotated[str, Meta(min_length=1, max_length=64)]
     file_key: Annotated[str, Meta(min_length=1, max_length=100, pattern=FILE_KEY_PATTERN,
@@ -65,7 +65,7 @@ class FileBody(Model):
 
 
 class FileReference(Model):
-    """Interface 2.5, plus what the create request also accepts."""
+    """A file reference as stored and returned, plus what the create request also accepts."""
 
     file_id: str
     lead_id: str

@@ -64,7 +64,7 @@ def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None,
 def _resolve_campaign(settings: TenantSettings, campaign_id: str,
                       principal: KeyRecord) -> tuple[Campaign, IngestionSource | None]:
     """The campaign a body names and, for a source key, its source. A source key may submit only
-    to usable campaigns that have its source (CONTRACT 2): anything else is a 403, whether the
+    to usable campaigns that have its source: anything else is a 403, whether the
     campaign is another's, unknown or inactive, so the key learns nothing of what exists."""
     if principal.kind != "source":
         return settings.usable_campaign(campaign_id), None

@@ -1,5 +1,5 @@
 """Changes made to stored leads and submissions by callers: PATCH /api/v1/submissions/{id}
-(interface 4.2) and PATCH /api/v1/leads/bulk (interface 4.13, CONTRACT 4 "Bulk update keys").
+ and PATCH /api/v1/leads/bulk.
 Each request is one write unit on the writer thread; everything that needs no stored data
 (shapes, timestamps, zones, field library rules) is checked before it is queued.
 
@@ -137,7 +137,7 @@ class DeliveryPatch(Model):
 
 
 class SubmissionPatch(Model):
-    """PATCH /api/v1/submissions/{submissionId} (interface 4.2): every field optional."""
+    """PATCH /api/v1/submissions/{submissionId}: every field optional."""
 
     status: LeadStatus | UnsetType = UNSET
     qualification: QualificationPatch | UnsetType = UNSET
@@ -230,7 +230,7 @@ async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str,
 # ---- PATCH /api/v1/leads/bulk ---------------------------------------------------------------
 
 class BulkUpdates(Model):
-    """The keys a bulk update may set (CONTRACT 4); any other key is a VALIDATION_ERROR."""
+    """The keys a bulk update may set; any other key is a VALIDATION_ERROR."""
 
     status: LeadStatus | UnsetType = UNSET
     notes: Annotated[str, Meta(max_length=10_000)] | None | UnsetType = UNSET

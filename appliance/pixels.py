@@ -1,4 +1,4 @@
-"""POST /api/v1/pixels/fire (interface 4.5; CONTRACT 1, 5).
+"""POST /api/v1/pixels/fire.
 
 1. The body (VALIDATION_ERROR naming the field): `platform` social or video, `eventName` 1 to
    100 characters, `eventValue` a number >= 0, `currency` an ISO 4217 code in capitals,
@@ -55,7 +55,7 @@ class FireBody(Model):
 
 
 class FireResult(Model, omit_defaults=True):
-    """Interface 4.5, plus `eventId`, and `reason` / `skipped` when nothing was accepted."""
+    """What a fire answers: the event sent, its `eventId`, and `reason` / `skipped` when nothing was accepted."""
 
     success: bool
     platform: str

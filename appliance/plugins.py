@@ -45,6 +45,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "appliance.adapters.telnyx",          # SMS provider "telnyx"
     "appliance.adapters.meta_capi",       # pixel platform "social" (Meta Conversions API)
     "appliance.adapters.tiktok_events",   # pixel platform "video" (TikTok Events API)
+    "appliance.adapters.demo_buyer",      # delivery adapter "demo" (accepts every lead; `appliance demo`)
 )
 
 # Package under which plugin files are imported; it exists only in sys.modules.

@@ -1,7 +1,6 @@
-"""POST /api/v1/leads/{leadId}/repost and /deliver (interface 3, 4.10, 4.11; CONTRACT 4 "Repost",
-"Deliver"). The lead is read and checked, and qualification runs, on a read snapshot (a prompt
-evaluator plugin may be slow: it must not hold the single writer); then one write unit checks
-that the lead and its last submission are still as read (else 409: a concurrent repost,
+"""POST /api/v1/leads/{leadId}/repost and /deliver. The lead is read and checked, and
+qualification runs, on a read snapshot (a prompt evaluator plugin may be slow: it must not hold
+the single writer); then one write unit checks that the lead and its last submission are still as read (else 409: a concurrent repost,
 approve or delivery got there first) and writes the lead, the new submission and its deliver
 job together. Two concurrent reposts of one lead give one 201 and one 409. Sending is the job
 loop's work: these only create `deliver` job rows (and wake the loop).
@@ -33,7 +32,7 @@ Repost (lead status failed, rejected or error; anything else 409 naming the stat
 Deliver (body {campaignId}): a new `manual_delivery` submission, routingMethod `manual`,
 qualification against that campaign then a deliver job when it passes; disqualified: the
 submission and lead become disqualified, no job. Refused (409) when the approval is pending or
-rejected (interface 4.11), when the lead is already delivered, and while processing of the lead
+rejected, when the lead is already delivered, and while processing of the lead
 is under way (pending: the engine has not run yet; qualified or queued: a delivery is scheduled),
 since a second submission would race it and could deliver twice. Every other status (new,
 pending_action, disqualified, duplicate, failed, rejected with the approval reset, error) may be

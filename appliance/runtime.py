@@ -10,6 +10,7 @@ from appliance.clock import Clock, iso
 from appliance.config import Config
 from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_master_key
 from appliance.domain.endpoint import split_credentials
+from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
 from appliance.storage import catalog, secrets, tenants
 from appliance.storage.activity import ActivityRow
@@ -23,6 +24,7 @@ class Runtime:
     box: SecretBox
     clock: Clock = field(default_factory=Clock)
     activity: list[ActivityRow] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)
 
     def close(self) -> None:
         self.db.close()

@@ -46,7 +46,7 @@ __all__ = [
 class DeliveryRequest(msgspec.Struct, kw_only=True):
     """One attempt to hand a lead to a buyer."""
 
-    lead: dict[str, Any]          # the lead record (interface field names), as JSON values
+    lead: dict[str, Any]          # the lead record, as JSON values
     submission_id: str            # also the Idempotency-Key of every attempt of this submission
     attempt: int                  # 1 for the first attempt
     endpoint: DeliveryEndpoint    # the tenant's endpoint configuration, secrets removed

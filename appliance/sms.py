@@ -1,4 +1,4 @@
-"""POST /api/v1/sms/send (interface 4.4, 2.8; CONTRACT 1, 5).
+"""POST /api/v1/sms/send.
 
 Order of work:
 1. The body: `message` 1 to 1600 characters, `to` in E.164 (`+` and digits, a possible number
@@ -62,7 +62,7 @@ class SmsSendBody(Model):
 
 
 class SmsSendResult(Model):
-    """Interface 2.8 (messageId, status, interactionId) and what was resolved."""
+    """The message's id, status and conversation (interactionId), and what was resolved."""
 
     message_id: str
     status: str

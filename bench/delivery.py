@@ -15,7 +15,7 @@ delivery worker's throughput draining a pre-loaded queue, against a fast loopbac
     (`--worker-concurrency`); deliveries/s = leads / (last arrival - first arrival) at the buyer,
     plus the steady rate between the 10th and the 90th percentile arrival.
 
-Targets (issue 4): (a) median < 20 ms, p99 < 200 ms, queue does not grow at 1,000 leads/s for
+Targets: (a) median < 20 ms, p99 < 200 ms, queue does not grow at 1,000 leads/s for
 30 s; (b) >= 2,000 deliveries/s. The server is pinned to CPU 0, the buyer and the client share
 CPU 1 (2-core machine). `--profile` also runs `py-spy record` on the server during each measured
 window and prints where its time goes. Results: bench/results/delivery.json.

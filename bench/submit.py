@@ -1,4 +1,4 @@
-"""Submit throughput and latency (issue 3 target): a real `appliance serve` on loopback, 64
+"""Submit throughput and latency: a real `appliance serve` on loopback, 64
 connections, realistic ~1.5 KB leads, a campaign with 10 rule sets, 3 routing rules and dedupe
 on, `synchronous=FULL`; and, in the same run, a bare Litestar endpoint that only decodes the same
 body into a struct. Reports submits/s, p50/p99 and the ratio appliance / bare.

@@ -1,4 +1,4 @@
-"""POST /api/v1/leads/{leadId}/approve (interface 3 and 4.6, CONTRACT 4 step 6)."""
+"""POST /api/v1/leads/{leadId}/approve."""
 
 from __future__ import annotations
 

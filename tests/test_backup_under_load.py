@@ -1,4 +1,4 @@
-"""`appliance backup` taken while leads are being submitted (CONTRACT 6, 7): the copy passes
+"""`appliance backup` taken while leads are being submitted: the copy passes
 integrity_check and holds every lead acknowledged (201) before the backup began, with its
 submission and delivery job; restored as the data folder of a new install, the service answers
 for those leads. Everything runs as separate processes, as in production: `appliance serve`,

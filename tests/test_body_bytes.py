@@ -88,7 +88,7 @@ def test_random_bytes_into_every_body_route_never_answer_5xx(client, tenant, ids
     ))
     response = send(client, tenant, ids, *route, body)
     if route == ("POST", "/api/v1/sms/send") and response.status_code == 502:  # a valid send: the
-        return  # provider (a closed local port here) is unreachable, CONTRACT 1's PROVIDER_ERROR
+        return  # provider (a closed local port here) is unreachable: PROVIDER_ERROR by design
     assert response.status_code < 500, (route, body, response.text)
     if response.status_code >= 400:  # a body that happens to be valid may succeed
         assert_client_error(response)

@@ -1,4 +1,4 @@
-"""Crash safety (issue 4 item 6, CONTRACT 6): a real `appliance serve` process under concurrent
+"""Crash safety: a real `appliance serve` process under concurrent
 submit load is killed with SIGKILL at a random moment, then restarted on the same data folder.
 
 Each cycle: submit load (CONCURRENCY requests in flight) against the running server; SIGKILL at

@@ -1,4 +1,4 @@
-"""File references through HTTP (interface 2.5, 4.7 to 4.9): upsert by (leadId, fileKey) with
+"""File references through HTTP: upsert by (leadId, fileKey) with
 201 on insert and 200 on update keeping the fileId, every field rule, reads and tenants."""
 
 from __future__ import annotations

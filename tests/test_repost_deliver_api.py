@@ -1,5 +1,4 @@
-"""POST /api/v1/leads/{leadId}/repost and /deliver (interface 3, 4.10, 4.11; CONTRACT 4 "Repost",
-"Deliver"; decisions in appliance/reposts.py). The delivery worker is not involved: failed and
+"""POST /api/v1/leads/{leadId}/repost and /deliver. The delivery worker is not involved: failed and
 error leads are made through the storage layer, and the tests check the deliver job rows."""
 
 from __future__ import annotations

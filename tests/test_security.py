@@ -118,7 +118,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield")
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
-    # other references are a VALIDATION_ERROR naming the field (CONTRACT 1).
+    # other references are a VALIDATION_ERROR naming the field.
     assert status("POST", "/api/v1/sms/send", {"leadId": theirs, "message": "hi"}) == 404
     assert status("POST", "/api/v1/pixels/fire", {"leadId": theirs, "pixelId": "A-px", "platform": "social",
                                                   "eventName": "Lead"}) == 404

@@ -1,4 +1,4 @@
-"""Submit, step 3 (CONTRACT 4): duplicate detection, tenant default and campaign dedupeOverride."""
+"""Submit, step 3: duplicate detection, tenant default and campaign dedupeOverride."""
 
 from __future__ import annotations
 

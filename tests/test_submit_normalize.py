@@ -1,4 +1,4 @@
-"""Submit, step 1 (CONTRACT 4): normalization, field library validation rules, and resubmission
+"""Submit, step 1: normalization, field library validation rules, and resubmission
 of an existing lead by leadId."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Submit, steps 4 to 6 and 9 (CONTRACT 4): routing, qualification with fallback campaigns, the
+"""Submit, steps 4 to 6 and 9: routing, qualification with fallback campaigns, the
 first intake action, and what the submission records (snapshot, journey, delivery job)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Submit, step 2 (CONTRACT 2 and 4): source keys, source caps counted in the campaign's time zone,
+"""Submit, step 2: source keys, source caps counted in the campaign's time zone,
 the ingestion TCPA attestation, cost milestones and shortCircuitSyncEvaluation."""
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_imported_source_api_key_works_like_a_source_key(api, runtime):
 
 
 def test_source_key_outside_its_campaigns_is_forbidden_whether_they_exist_or_not(api, runtime):
-    # CONTRACT 2: a source key submits only to campaigns that have its source. Another tenant's
+    # A source key submits only to campaigns that have its source. Another tenant's
     # campaign, an unknown one and an inactive one of its own tenant answer alike, so the key
     # learns nothing of what exists elsewhere.
     tenant = setup_tenant(runtime, with_sources("SC1", source("web")),

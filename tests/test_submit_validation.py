@@ -1,5 +1,5 @@
 """POST /api/v1/leads/submit refuses bad input with 400 VALIDATION_ERROR, one detail per problem
-starting with the field path (CONTRACT 1), and stores nothing when it does."""
+starting with the field path, and stores nothing when it does."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The built-in `http` delivery adapter (CONTRACT 4 step 8, 5 and 6), shaped like a LeadConduit
+"""The built-in `http` delivery adapter, shaped like a LeadConduit
 integration: `validate` (the endpoint), request (built by appliance/domain/delivery_mapping),
 response (read by the endpoint's response rules). Registered through the plugin hook like any
 plugin.

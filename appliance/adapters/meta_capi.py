@@ -1,4 +1,4 @@
-"""The built-in `social` pixel platform: the Meta Conversions API (CONTRACT 5). One event per
+"""The built-in `social` pixel platform: the Meta Conversions API. One event per
 call: a JSON POST to `{base_url}/{api_version}/{pixelId}/events` whose body is built by
 appliance/domain/pixel_payloads.meta_payload, plus `access_token` (the pixel's token, sent in the
 body as Meta's own examples do, never in the URL). `api_version` and the region used to read

@@ -1,5 +1,5 @@
-"""Server-side request forgery guard for outgoing deliveries (CONTRACT 5: private and loopback
-addresses are refused unless config allows them).
+"""Server-side request forgery guard for outgoing deliveries: private and loopback addresses are
+refused unless `[delivery] allow_private_addresses` allows them.
 
 A destination is refused when its scheme is not http/https, or its host is, or resolves to, an
 address that is not a public unicast one: loopback, private (10/8, 172.16/12, 192.168/16,

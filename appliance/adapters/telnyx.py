@@ -1,4 +1,4 @@
-"""The built-in `telnyx` SMS provider (CONTRACT 5): a JSON POST of `{from, to, text}` to
+"""The built-in `telnyx` SMS provider: a JSON POST of `{from, to, text}` to
 `{base_url}/v2/messages` with `Authorization: Bearer <apiKey>`. Results as the Twilio provider's
 (appliance/adapters/twilio.py): accepted on 2xx with a message id; `error` for an outage,
 `failed` for a refusal, with Telnyx's own error title and detail as the reason."""

@@ -1,4 +1,4 @@
-"""The built-in `video` pixel platform: the TikTok Events API 2.0 (CONTRACT 5). One event per
+"""The built-in `video` pixel platform: the TikTok Events API 2.0. One event per
 call: a JSON POST to `{base_url}/open_api/v1.3/event/track/` with the pixel's token in the
 `Access-Token` header and the body built by appliance/domain/pixel_payloads.tiktok_payload
 (`event_source_id` = the pixel code). `timeout_seconds` may be set in `[plugins.tiktok_events]`.

@@ -1,4 +1,4 @@
-"""The built-in `twilio` SMS provider (CONTRACT 5), registered through the plugin hook like any
+"""The built-in `twilio` SMS provider, registered through the plugin hook like any
 plugin: a form POST to `{base_url}/2010-04-01/Accounts/{accountSid}/Messages.json` with `To`,
 `From` and `Body`, HTTP Basic auth `accountSid:authToken`. Calls go through appliance/adapters/outbound (one deadline, the answer capped at 1 MiB, setting
 `timeout_seconds` in `[plugins.twilio]`).

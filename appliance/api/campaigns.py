@@ -1,4 +1,4 @@
-"""GET /api/v1/campaigns (interface 4.1)."""
+"""GET /api/v1/campaigns."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Questionnaires and the field library (interface 4.14 to 4.16)."""
+"""Questionnaires and the field library."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""File references (interface 4.7 to 4.9); the rules are in appliance/files.py."""
+"""File references; the rules are in appliance/files.py."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from appliance.errors import JSON, ValidationFailed, UnsupportedMediaType
 from appliance.model import all_problems, describe_validation_error, join_path
 
 T = TypeVar("T")
-MAX_BODY = 1024 * 1024  # request bodies (CONTRACT 1: 413 above it)
+MAX_BODY = 1024 * 1024  # request bodies
 _encoder = msgspec.json.Encoder()
 # Whole numbers in query strings: ASCII digits only (int() would also take "\u0665", "1_0" and
 # surrounding blanks), and at most QUERY_INT_MAX, so a page number can never overflow SQLite.
@@ -135,7 +135,7 @@ def query_int(request: Request, name: str, default: int, *, minimum: int = 1, ma
     value = int(raw)
     if value < minimum:
         raise ValidationFailed([f"{name}: must be at least {minimum}"])
-    if maximum is not None:  # above the maximum is clamped (CONTRACT 1)
+    if maximum is not None:  # above the maximum is clamped
         return min(value, maximum)
     if value > QUERY_INT_MAX:
         raise ValidationFailed([f"{name}: must be at most {QUERY_INT_MAX}"])

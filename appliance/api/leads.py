@@ -1,4 +1,4 @@
-"""Leads (interface 4.3, 4.6, 4.12, 4.13 and GET one)."""
+"""Leads."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
     result = await intake.submit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who, lead,
                                  state.registry)
     state.worker.wake()
+    state.runtime.metrics.submits[result.status] += 1
     return ok_body(result)
 
 
@@ -56,7 +57,7 @@ async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result)
 
 
-# ---- GET /api/v1/leads (interface 4.12) --------------------------------------------------------
+# ---- GET /api/v1/leads --------------------------------------------------------
 
 DEFAULT_LIMIT, MAX_LIMIT = 25, 100
 MAX_LIST_VALUES = 100
@@ -180,7 +181,7 @@ async def list_leads(
 @get("/api/v1/leads/{leadId:str}", operation_id="getLead", sync_to_thread=False,
      opt={"data": LeadDetail, "errors": ["NOT_FOUND"]})
 def get_lead(request: Request, lead_id: LeadId) -> Response:
-    """The lead record with its submissions, oldest first (CONTRACT 1, 4)."""
+    """The lead record with its submissions, oldest first."""
     tenant_id = principal(request.scope).tenant_id
     conn = request.app.state.runtime.db.reader()
     with conn:  # one read transaction: the lead and its submissions as of the same commit
@@ -191,7 +192,7 @@ def get_lead(request: Request, lead_id: LeadId) -> Response:
     return ok_raw(doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}")
 
 
-# ---- PATCH /api/v1/leads/bulk (interface 4.13) -------------------------------------------------
+# ---- PATCH /api/v1/leads/bulk -------------------------------------------------
 
 @patch("/api/v1/leads/bulk", operation_id="bulkUpdateLeads", status_code=200,
        opt={"body": lead_updates.BulkUpdateBody, "data": lead_updates.BulkUpdateResult})
@@ -210,7 +211,7 @@ async def bulk_update_leads(request: Request) -> Response:
     return ok(await lead_updates.bulk_update(runtime, who.tenant_id, who.key_id, body, settings.labels))
 
 
-# ---- POST /api/v1/leads/{leadId}/repost and /deliver (interface 4.10, 4.11) -------------------
+# ---- POST /api/v1/leads/{leadId}/repost and /deliver -------------------
 
 @post("/api/v1/leads/{leadId:str}/repost", operation_id="repostLead", status_code=201,
       opt={"body": reposts.RepostBody, "body_optional": True, "data": reposts.RepostResult, "status": 201,

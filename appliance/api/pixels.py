@@ -1,4 +1,4 @@
-"""POST /api/v1/pixels/fire (interface 4.5); the rules are in appliance/pixels.py."""
+"""POST /api/v1/pixels/fire; the rules are in appliance/pixels.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /api/v1/sms/send (interface 4.4); the rules are in appliance/sms.py."""
+"""POST /api/v1/sms/send; the rules are in appliance/sms.py."""
 
 from __future__ import annotations
 

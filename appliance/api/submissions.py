@@ -1,4 +1,4 @@
-"""GET and PATCH /api/v1/submissions/{submissionId} (interface 4.2; GET is CONTRACT 1's addition)."""
+"""GET and PATCH /api/v1/submissions/{submissionId}."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a human decision (interface 4.6, CONTRACT 4 step 6) does to a lead and its delivery.
+"""What a human decision does to a lead and its delivery.
 
 A decision governs a delivery not yet made. Once a lead has been delivered, or has otherwise left
 the statuses an approval holds it in, a decision is recorded and changes nothing else: `pending`

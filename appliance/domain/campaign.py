@@ -1,4 +1,4 @@
-"""Campaign configuration shapes (interface 2.1) and the rule sets they carry."""
+"""Campaign configuration shapes and the rule sets they carry."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ Operator = Literal[
 ]
 Scalar = str | int | float | bool | None
 
-# Lead and submission statuses (CONTRACT 3) plus the ingestion event cost milestones key on.
+# Lead and submission statuses plus the ingestion event cost milestones key on.
 LeadStatus = Literal[
     "lead_ingested", "new", "pending", "qualified", "disqualified", "duplicate", "queued",
     "pending_action", "delivered", "failed", "rejected", "error",
@@ -298,7 +298,7 @@ class Overlay(Model):
 
 
 class CampaignAiAgents(Model):
-    rep: AgentRef | None = None  # also the SMS agent of the campaign (CONTRACT 7)
+    rep: AgentRef | None = None  # also the SMS agent of the campaign
     rep_test: AgentRef | None = None
     overlay: Overlay | None = None
 

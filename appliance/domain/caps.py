@@ -1,4 +1,4 @@
-"""Cap periods for source caps and delivery limits (CONTRACT 4 steps 2 and 7).
+"""Cap periods for source caps and delivery limits.
 
 Periods are calendar periods in the campaign's zone (weeks start on Monday) and are returned as
 UTC instants, so a DST day is 23 or 25 hours long. A local boundary that falls in a DST gap

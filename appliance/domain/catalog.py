@@ -1,4 +1,4 @@
-"""Tenant catalog shapes: field library entries (interface 2.6), questionnaires (2.7) and the
+"""Tenant catalog shapes: field library entries, questionnaires (2.7) and the
 value sets that `in_value_set` conditions name."""
 
 from __future__ import annotations

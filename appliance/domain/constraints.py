@@ -1,4 +1,4 @@
-"""Delivery constraints (CONTRACT 4 step 7): delivery limits first, then the schedule. Pure:
+"""Delivery constraints: delivery limits first, then the schedule. Pure:
 the worker counts and reserves inside a write transaction with the checks built here."""
 
 from __future__ import annotations

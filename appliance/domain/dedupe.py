@@ -1,4 +1,4 @@
-"""Duplicate detection policy and decision (CONTRACT 4 step 3).
+"""Duplicate detection policy and decision.
 
 The storage layer fetches the campaign's earlier leads inside the window (`window_start`); the
 decision over those rows is made here. Emails compare trimmed and case-insensitively, phones as

@@ -1,4 +1,4 @@
-"""The pure half of the built-in HTTP delivery adapter (CONTRACT 4 step 8 and 5): build the body
+"""The pure half of the built-in HTTP delivery adapter: build the body
 sent to a buyer from the endpoint's field mapping, encode it, and read the buyer's answer by the
 endpoint's response rules. No I/O here; appliance/adapters/http_delivery.py does the request.
 

@@ -1,4 +1,4 @@
-"""Delivery endpoint configuration (CONTRACT 5 and 7): where and how a lead is sent to a buyer,
+"""Delivery endpoint configuration: where and how a lead is sent to a buyer,
 and how the buyer's answer is read."""
 
 from __future__ import annotations

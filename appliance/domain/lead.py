@@ -1,5 +1,4 @@
-"""Leads and submissions as the API returns them (interface 2.2, 2.3, 2.4, section 6;
-CONTRACT section 3 and the lead record of section 4)."""
+"""Leads and submissions as the API returns them."""
 
 from __future__ import annotations
 
@@ -40,7 +39,7 @@ class Approval(Model):
 
 
 class LeadRecord(Model):
-    """Submit body's field names plus the record's own (CONTRACT 4, "Lead record")."""
+    """Submit body's field names plus the record's own."""
 
     lead_id: str
     status: LeadStatus

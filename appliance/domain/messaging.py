@@ -1,4 +1,4 @@
-"""Tenant SMS configuration and ad-platform pixels (CONTRACT 5 and 7)."""
+"""Tenant SMS configuration and ad-platform pixels."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Normalization of submitted contact data (CONTRACT 4 step 1).
+"""Normalization of submitted contact data.
 
 Every function accepts any str without raising and is idempotent where that makes sense:
 `title_name`, `normalize_email` and `to_e164` give back their own output unchanged.

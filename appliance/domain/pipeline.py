@@ -1,4 +1,4 @@
-"""One submission through CONTRACT 4, the parts that need no storage: source attestation,
+"""One submission through the pipeline, the parts that need no storage: source attestation,
 routing, qualification, fallback and the first intake action. Caps and dedupe need counts and
 earlier leads, so intake.py decides them inside the write transaction with `source_caps_reached`
 and dedupe.find_duplicate, then combines everything with `settle`."""
@@ -68,7 +68,7 @@ def event(now: str, kind: str, reason: str | None = None, campaign: Campaign | N
 
 
 def attestation_problem(campaign: Campaign, compliance: Mapping[str, Any]) -> str | None:
-    """CONTRACT 4 step 2: a campaign may require the source's TCPA attestation."""
+    """Source checks: a campaign may require the source's TCPA attestation."""
     if not campaign.qualification.tcpa_policy.ingestion_policy.require_source_attestation:
         return None
     if compliance.get("tcpaConsent") is not True:

@@ -1,4 +1,4 @@
-"""Pure building of server-side conversion events (interface 4.5, CONTRACT 5): the Meta
+"""Pure building of server-side conversion events: the Meta
 Conversions API payload (`social`) and the TikTok Events API 2.0 payload (`video`), with each
 platform's normalization of the lead's contact data and its SHA-256 hashing.
 

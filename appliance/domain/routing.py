@@ -1,4 +1,4 @@
-"""Routing rule selection (CONTRACT 4 step 4): active rules by ascending priority, first match."""
+"""Routing rule selection: active rules by ascending priority, first match."""
 
 from __future__ import annotations
 

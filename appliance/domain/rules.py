@@ -1,4 +1,4 @@
-"""Condition engine for qualification rule sets and routing rules (CONTRACT 4 step 5).
+"""Condition engine for qualification rule sets and routing rules.
 
 Facts are a plain dict shaped like the submit body (camelCase keys, questionnaire in its array
 form `[{key, question, answer}]`) plus a top-level `sourceId`.

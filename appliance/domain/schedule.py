@@ -1,4 +1,4 @@
-"""Delivery schedule windows (CONTRACT 4 step 7).
+"""Delivery schedule windows.
 
 A schedule without `specificDays` is always open. Each active day gives a window of local
 HH:MM times in the schedule's zone: start inclusive, end exclusive, "24:00" is the end of the

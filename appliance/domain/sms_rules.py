@@ -1,4 +1,4 @@
-"""Pure SMS rules (interface 4.4, CONTRACT 5): which number sends, which provider carries it,
+"""Pure SMS rules: which number sends, which provider carries it,
 what counts as a valid recipient or sender, and how many segments a text costs.
 
 Sender, when `from` is omitted, in this order:

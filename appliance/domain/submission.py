@@ -1,4 +1,4 @@
-"""A submit body turned into a lead record (CONTRACT 4 step 1): checks every field the types
+"""A submit body turned into a lead record: checks every field the types
 cannot (email format, phone, dates, zones, field library rules) and normalizes. Collects every
 problem, each as `"<field path>: <what is wrong>"`."""
 
@@ -50,7 +50,7 @@ class LeadData(Model):
 
 
 class SubmitLead(LeadData):
-    """POST /api/v1/leads/submit (interface 4.3)."""
+    """POST /api/v1/leads/submit."""
 
     lead_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
     campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]

@@ -340,8 +340,9 @@ class DeliveryWorker:
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
                       endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None) -> None:
         await self.runtime.db.write(lambda conn: self._record_unit(conn, attempt, reserved, result, endpoint, crash))
-        # Logged once it is committed (a write unit may run more than once).
+        # Counted and logged once it is committed (a write unit may run more than once).
         job, where_to = attempt.job, endpoint.delivery_endpoint_id if endpoint is not None else "-"
+        self.runtime.metrics.deliveries[(result.outcome, where_to)] += 1
         if result.outcome == "success":
             log.debug("delivered to %s (attempt %d)", where_to, job.attempts)
         elif result.outcome == "error" and retries_left(endpoint, job.attempts):

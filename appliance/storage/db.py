@@ -7,7 +7,7 @@ connections.
 - Threads' units (CLI, tests) and any group the loop could not run (a unit that raised, another
   process holding the write lock) go to the writer thread, which runs and commits them.
 
-Measured on this machine class (DESIGN.md): group commit keeps `synchronous=FULL` affordable,
+Measured on this machine class (bench/README.md): group commit keeps `synchronous=FULL` affordable,
 while one commit per request does not. Units ran on the writer thread until the submit benchmark
 showed the two threads trading the GIL at every statement (bench/README.md)."""
 

@@ -1,4 +1,4 @@
-"""File references (interface 2.5): one row per (tenant, lead, fileKey), the API document kept
+"""File references: one row per (tenant, lead, fileKey), the API document kept
 as JSON so reads splice it into responses as stored."""
 
 from __future__ import annotations

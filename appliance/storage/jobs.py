@@ -83,6 +83,11 @@ def open_job_count(conn: apsw.Connection) -> int:
     return conn.execute("SELECT count(*) FROM jobs WHERE state IN ('ready', 'running')").fetchone()[0]
 
 
+def open_jobs_by_kind_and_state(conn: apsw.Connection) -> list[tuple[str, str, int]]:
+    return conn.execute("SELECT kind, state, count(*) FROM jobs WHERE state IN ('ready', 'held', 'running')"
+                        " GROUP BY kind, state ORDER BY kind, state").fetchall()
+
+
 def lead_has_running_job(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
     return conn.execute(
         "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1", (tenant_id, lead_id)

@@ -1,4 +1,4 @@
-"""SMS conversations and messages (interface 4.4), and the pixel lookup of pixels/fire."""
+"""SMS conversations and messages, and the pixel lookup of pixels/fire."""
 
 from __future__ import annotations
 

@@ -232,8 +232,8 @@ def m003_leads_by_client_and_offer(conn: apsw.Connection) -> None:
 
 @migration
 def m004_files_sms(conn: apsw.Connection) -> None:
-    """File references (interface 2.5, unique per lead and fileKey), SMS conversations and the
-    messages sent in them (interface 4.4)."""
+    """File references, SMS conversations and the
+    messages sent in them."""
     conn.execute(
         """
         CREATE TABLE files (

@@ -1,0 +1,83 @@
+"""What `GET /metrics` shows, in the Prometheus text format (prometheus-client renders it).
+
+The paths that count things (submit, the delivery worker) bump plain dicts: a prometheus-client
+metric takes a lock per update, more than a submit can spare. A collector turns the counts into
+metric families at scrape time, and reads the queue depth from the database then. Request
+latencies are taken from the activity log's rows as the ticker flushes them, once a second, so
+they lag by up to a second and cost the request nothing. prometheus-client is imported when the
+endpoint is first built, not by every command that opens a runtime."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+
+from typing import Any
+
+# Seconds; a submit takes a few milliseconds, a slow list or import up to seconds.
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.submits: Counter[str] = Counter()  # by the lead status a submit answered
+        self.deliveries: Counter[tuple[str, str]] = Counter()  # by (outcome, delivery endpoint)
+        self._latency: dict[tuple[str, str], list[int]] = {}  # (method, route) -> count per bucket, +Inf last
+        self._latency_sum: Counter[tuple[str, str]] = Counter()
+
+    def observe_requests(self, rows: Iterable[tuple]) -> None:
+        """Activity rows: (time, tenant, key, method, route, status, duration ms, request id)."""
+        for _at, _tenant, _key, method, route, _status, duration_ms, _rid in rows:
+            seconds = duration_ms / 1000
+            counts = self._latency.get((method, route))
+            if counts is None:
+                counts = self._latency[(method, route)] = [0] * (len(LATENCY_BUCKETS) + 1)
+            counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+            self._latency_sum[(method, route)] += seconds
+
+    def families(self, queue: Callable[[], list[tuple[str, str, int]]]) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+
+        submits = CounterMetricFamily("appliance_submits", "Leads submitted, by the status the submit answered",
+                                      labels=["status"])
+        for status, count in sorted(self.submits.items()):
+            submits.add_metric([status], count)
+        yield submits
+        deliveries = CounterMetricFamily("appliance_deliveries", "Delivery attempts, by outcome and endpoint",
+                                         labels=["outcome", "endpoint"])
+        for (outcome, endpoint), count in sorted(self.deliveries.items()):
+            deliveries.add_metric([outcome, endpoint], count)
+        yield deliveries
+        depth = GaugeMetricFamily("appliance_queue_depth", "Jobs waiting or running, by kind and state",
+                                  labels=["kind", "state"])
+        for kind, state, count in queue():
+            depth.add_metric([kind, state], count)
+        yield depth
+        latency = HistogramMetricFamily("appliance_request_duration_seconds",
+                                        "Time to answer a request, by method and route", labels=["method", "route"])
+        for (method, route), counts in sorted(self._latency.items()):
+            running, buckets = 0, []
+            for bound, count in zip([*map(str, LATENCY_BUCKETS), "+Inf"], counts):
+                running += count
+                buckets.append((bound, running))
+            latency.add_metric([method, route], buckets, self._latency_sum[(method, route)])
+        yield latency
+
+
+class _Collector:
+    def __init__(self, metrics: Metrics, queue: Callable[[], list[tuple[str, str, int]]]) -> None:
+        self.metrics = metrics
+        self.queue = queue
+
+    def collect(self) -> Iterator[Any]:
+        return self.metrics.families(self.queue)
+
+
+def exposition(metrics: Metrics, queue: Callable[[], list[tuple[str, str, int]]]) -> Callable[[], bytes]:
+    """A function that renders the current metrics (one registry for the app, not the global one)."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(metrics, queue))  # type: ignore[arg-type]
+    return lambda: generate_latest(registry)

@@ -1,0 +1,53 @@
+"""`appliance demo` as a newcomer runs it: a fresh folder, one command; the banner's curl lines
+are run as printed (with the machine's curl) and the submitted lead reaches `delivered` through
+the demo buyer inside the appliance."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.processes import free_port, stop_process
+
+
+@pytest.mark.skipif(not any(os.access(os.path.join(d, "curl"), os.X_OK) for d in os.environ["PATH"].split(":")),
+                    reason="the banner's lines are curl commands")
+def test_the_demo_banner_curl_lines_work_and_the_lead_is_delivered(tmp_path):
+    port = free_port()
+    config = tmp_path / "demo.toml"
+    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[server]\nport = {port}\n')
+    log = tmp_path / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config), "demo"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+        try:
+            deadline = time.monotonic() + 20
+            while "Application startup complete" not in log.read_text():
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            commands = [line.strip() for line in log.read_text().splitlines() if line.strip().startswith("curl ")]
+            assert len(commands) == 2, log.read_text()
+
+            def run(command: str) -> dict:
+                done = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=20)
+                assert done.returncode == 0, done.stderr
+                return json.loads(done.stdout)
+
+            submitted = run(commands[0])["data"]
+            assert submitted["status"] == "qualified", submitted
+            deadline = time.monotonic() + 10
+            while True:
+                leads = run(commands[1])["data"]["leads"]
+                if leads and leads[0]["status"] == "delivered":
+                    break
+                assert time.monotonic() < deadline, leads
+                time.sleep(0.2)
+            assert leads[0]["leadId"] == submitted["leadId"]
+        finally:
+            stop_process(proc)
