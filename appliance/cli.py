@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gc
 import json
+import socket
 import stat
 import sys
 from collections.abc import Callable
@@ -109,6 +110,23 @@ def init(ctx: click.Context) -> None:
     click.echo(f"master key {config.master_key_path} ({'created, mode 0600' if created_key else 'kept'})")
 
 
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the server could not bind `host:port` (checked first, so a port in use is one line and
+    exit code 1 rather than uvicorn's error after start-up)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        return exc.strerror
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            return exc.strerror
+    return None
+
+
 def _serve(config: Config, host: str | None, port: int | None, banner: Callable[[str], None] | None = None) -> None:
     import uvicorn
 
@@ -118,6 +136,9 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
     bind_host, bind_port = host or config.server.host, port or config.server.port
     url = f"http://{bind_host}:{bind_port}"
     logs.configure(config.logging.format, config.log_level)
+    problem = _cannot_listen(bind_host, bind_port)
+    if problem:
+        _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
     try:
         runtime = open_runtime(config)
     except (StorageError, SecretError) as exc:

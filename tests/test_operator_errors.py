@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import os
 import subprocess
 import sys
@@ -222,3 +223,11 @@ def test_serve_is_the_default_command_and_a_second_server_on_the_folder_is_refus
     stop_process(proc)
     assert json.loads(cli("doctor", "--json").stdout)["checks"][-1]["detail"] == "no server running"
     cli("restore", backup, "--yes")  # the folder is free again once the server is gone
+
+
+def test_a_port_in_use_is_one_line(cli):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        one_error_line(cli("serve", "--port", str(port), expect=1), f"cannot listen on 127.0.0.1:{port}", "in use")
