@@ -79,14 +79,16 @@ class ApplianceApp(Litestar):
         finally:
             principal = state.get("principal")
             runtime: Runtime = self.state.runtime
+            route, seconds = scope.get("path_template") or "(unmatched)", time.perf_counter() - started
+            runtime.metrics.observe_request(scope["method"], route, seconds)
             runtime.activity.append((
                 iso(runtime.clock.now()),
                 principal.tenant_id if principal else None,
                 principal.key_id if principal else None,
                 scope["method"],
-                scope.get("path_template") or "(unmatched)",
+                route,
                 status_seen,
-                round((time.perf_counter() - started) * 1000, 3),
+                round(seconds * 1000, 3),
                 rid,
             ))
 

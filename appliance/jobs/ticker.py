@@ -28,7 +28,6 @@ INTERRUPTED_SMS_REASON = ("interrupted: the service stopped, or the provider cal
 
 async def flush_activity(runtime: Runtime) -> int:
     rows, runtime.activity[:] = list(runtime.activity), []
-    runtime.metrics.observe_requests(rows)
     if rows:
         await runtime.db.write_off_loop(lambda conn: append_activity(conn, rows))
     return len(rows)
