@@ -5,6 +5,10 @@ from __future__ import annotations
 import signal
 import socket
 import subprocess
+import time
+from pathlib import Path
+
+import httpx
 
 
 def free_port() -> int:
@@ -23,3 +27,17 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(5)
+
+
+def wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
+    """Until GET /healthz answers 200; fails with the server's log if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, log.read_text()
+        try:
+            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)

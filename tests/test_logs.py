@@ -18,7 +18,7 @@ import httpx
 from appliance import logs
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply
-from tests.processes import free_port, stop_process
+from tests.processes import free_port, stop_process, wait_healthy
 
 RAISING_PLUGIN = '''
 from appliance.sdk import DeliveryAdapter, hookimpl
@@ -81,15 +81,7 @@ def test_a_served_run_logs_json_lines_with_ids_and_no_secrets(tmp_path):
                                     stdout=log_file, stderr=subprocess.STDOUT)
             try:
                 base = f"http://127.0.0.1:{port}"
-                deadline = time.monotonic() + 20
-                while True:
-                    assert proc.poll() is None, log_path.read_text()
-                    try:
-                        if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                            break
-                    except httpx.HTTPError:
-                        time.sleep(0.1)
-                    assert time.monotonic() < deadline, log_path.read_text()
+                wait_healthy(base, proc, log_path)
                 leads = {}
                 with httpx.Client(base_url=base, headers={"X-API-Key": key}, timeout=10) as http:
                     for n, code in enumerate(("FLK", "NOB", "BOM")):

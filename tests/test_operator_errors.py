@@ -11,16 +11,14 @@ import socket
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.bundles import standard_bundle
 from tests.conftest import Cli
-from tests.processes import free_port, stop_process
+from tests.processes import free_port, stop_process, wait_healthy
 
 
 def one_error_line(result, *expected: str) -> str:
@@ -197,16 +195,7 @@ def server(cli, tmp_path) -> Iterator[tuple[subprocess.Popen, int]]:
         proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(cli.config_file)],
                                 stdout=log, stderr=subprocess.STDOUT)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                assert proc.poll() is None, log_path.read_text()
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, log_path.read_text()
-                time.sleep(0.1)
+            wait_healthy(f"http://127.0.0.1:{port}", proc, log_path)
             yield proc, port
         finally:
             stop_process(proc)
