@@ -110,6 +110,8 @@ def _parse(raw: bytes, fmt: str) -> Any:
             return msgspec.json.decode(raw)
         except msgspec.DecodeError as exc:
             raise BundleError([f"bundle: malformed JSON: {_json_position(str(exc), raw)}"]) from None
+        except UnicodeDecodeError as exc:  # msgspec's answer to bad UTF-8 inside a string
+            raise BundleError([f"bundle: not UTF-8 text (byte {exc.start})"]) from None
     if fmt == "toml":
         try:
             text = raw.decode("utf-8")

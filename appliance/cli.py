@@ -6,6 +6,7 @@ create a database or a master key (and `restore` a database from a backup)."""
 from __future__ import annotations
 
 import gc
+import itertools
 import json
 import socket
 import stat
@@ -139,15 +140,23 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
     problem = _cannot_listen(bind_host, bind_port)
     if problem:
         _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
+    if not config.data_dir.is_dir():
+        _fail(f"no data folder at {config.data_dir}: run `appliance init` first, "
+              "or point [storage] path at the data folder")
+    try:  # before the database is opened: a second server must not touch it at all
+        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), url=url)
+    except DataFolderBusy as exc:
+        _fail(str(exc))
     try:
         runtime = open_runtime(config)
     except (StorageError, SecretError) as exc:
+        lock.close()
         _fail(str(exc))
     try:
-        lock = hold(config.data_dir, url, iso(runtime.clock.now()))
         app = create_app(runtime)
-    except (DataFolderBusy, PluginError) as exc:
+    except PluginError as exc:
         runtime.close()
+        lock.close()
         _fail(str(exc))
     try:
         if banner:
@@ -333,11 +342,23 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
     """Replace the database with BACKUP (checked first; refused while a server runs on the data
     folder). The database it replaces is kept beside it."""
     config = ctx.obj["config"]()
-    busy = running_server(config.data_dir) if config.data_dir.is_dir() else None
-    if busy:
-        _fail(f"{busy}: stop it before restoring")
     try:
-        sealed_with = inspect_backup(Path(backup_file))
+        private_folder(config.data_dir)
+    except OSError as exc:
+        _fail(f"cannot create {config.data_dir}: {exc.strerror}")
+    try:  # held to the end: no server may start on the folder while its database is swapped
+        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), command="restore")
+    except DataFolderBusy as exc:
+        _fail(f"{exc}: stop it before restoring")
+    try:
+        _restore(config, Path(backup_file), yes, as_json)
+    finally:
+        lock.close()
+
+
+def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> None:
+    try:
+        sealed_with = inspect_backup(backup_file)
         if sealed_with is not None:
             box = SecretBox(load_master_key(config.master_key_path))
             if box.key_id != sealed_with:
@@ -349,16 +370,17 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
         if not sys.stdin.isatty():
             _fail("restore replaces the database: confirm with --yes")
         click.confirm(f"Replace {config.database_file} with {backup_file}?", abort=True)
+    stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
+    keep_as = config.database_file.with_name(f"appliance-before-restore-{stamp}.db")
+    for n in itertools.count(2):  # a second restore within the same second keeps both
+        if not keep_as.exists():
+            break
+        keep_as = config.database_file.with_name(f"appliance-before-restore-{stamp}-{n}.db")
     try:
-        private_folder(config.data_dir)
-    except OSError as exc:
-        _fail(f"cannot create {config.data_dir}: {exc.strerror}")
-    keep_as = config.database_file.with_name(f"appliance-before-restore-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.db")
-    try:
-        kept = restore_database(Path(backup_file), config.database_file, keep_as)
+        kept = restore_database(backup_file, config.database_file, keep_as)
     except StorageError as exc:
         _fail(str(exc))
-    _emit(as_json, {"restored": backup_file, "database": str(config.database_file),
+    _emit(as_json, {"restored": str(backup_file), "database": str(config.database_file),
                     "previous": str(keep_as) if kept else None},
           f"restored {backup_file} to {config.database_file}" + (f"\nthe database it replaced is kept as {keep_as}"
                                                                   if kept else ""))

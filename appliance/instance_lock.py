@@ -1,4 +1,4 @@
-"""One `appliance serve` per data folder. Two servers on one SQLite file would fight over its
+"""One `appliance serve` (or `restore`) per data folder. Two servers on one SQLite file would fight over its
 write lock (and double every delivery), and `restore` must not swap the file under a server.
 
 The server holds an exclusive `flock` on `<data folder>/serve.lock` for its whole life; the
@@ -29,7 +29,7 @@ def _describe(handle: IO[str], folder: Path) -> str:
     except ValueError:
         held = {}
     who = ", ".join(f"{k} {held[k]}" for k in ("pid", "url", "since") if held.get(k)) or "pid unknown"
-    return f"another appliance serve ({who}) is running on the data folder {folder}"
+    return f"another appliance {held.get('command', 'serve')} ({who}) is running on the data folder {folder}"
 
 
 def _open(folder: Path) -> IO[str]:
@@ -37,9 +37,9 @@ def _open(folder: Path) -> IO[str]:
     return os.fdopen(fd, "r+")
 
 
-def hold(folder: Path, url: str, since: str) -> IO[str]:
-    """Take the folder for this process (keep the returned file open while serving), or raise
-    DataFolderBusy naming the server that has it."""
+def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = None) -> IO[str]:
+    """Take the folder for this process (keep the returned file open while serving or
+    restoring), or raise DataFolderBusy naming the process that has it."""
     handle = _open(folder)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -49,7 +49,7 @@ def hold(folder: Path, url: str, since: str) -> IO[str]:
         raise DataFolderBusy(busy) from None
     handle.seek(0)
     handle.truncate()
-    handle.write(json.dumps({"pid": os.getpid(), "url": url, "since": since}))
+    handle.write(json.dumps({"command": command, "pid": os.getpid(), "url": url, "since": since}))
     handle.flush()
     return handle
 

@@ -6,6 +6,7 @@ or the log, in any of those forms."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -182,3 +183,55 @@ def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, ca
             assert form not in record, (secret, form)
             assert form not in stored, (secret, form)
             assert form not in logged, (secret, form)
+
+
+LONG_PLUGIN = '''
+from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+class Long(DeliveryAdapter):
+    name = "long"
+
+    async def deliver(self, request, http):
+        # 64 KB a scheme-like run of characters: a backtracking scrubber would take minutes on it
+        return DeliveryResult(outcome="failure", status_code=400, reason="a." * 32000 + "@",
+                              message="secret " + request.secrets["auth.token"].upper())
+
+@hookimpl
+def appliance_delivery_adapters(settings):
+    return [Long()]
+'''
+
+
+def test_a_credential_cut_short_by_the_message_limit_is_masked_and_long_texts_are_quick(tmp_path, peer):
+    token = "tok_live_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+    peer.route("/cut", Reply(status=401, body={"error": "x" * 470 + " key: " + token}))
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "long_adapter.py").write_text(LONG_PLUGIN)
+    config_path = tmp_path / "appliance.toml"
+    config_path.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+                           f'[plugins]\ndirs = ["{plugins}"]\n[delivery]\nallow_private_addresses = true\n')
+    bundle = {
+        "deliveryEndpoints": [
+            {"deliveryEndpointId": "cut", "url": peer.url("/cut"), "retry": {"maxAttempts": 1},
+             "headers": {"X-Api-Key": token}, "responseRules": {"messagePath": "error"}},
+            {"deliveryEndpointId": "long", "adapter": "long", "retry": {"maxAttempts": 1},
+             "auth": {"type": "bearer", "token": "long-plugin-token-1"}}],
+        "campaigns": [campaign("CUT", "Cut", delivery={"deliveryEndpointId": "cut"}),
+                      campaign("LNG", "Long", delivery={"deliveryEndpointId": "long"})],
+    }
+    runtime = create_runtime(load_config(config_path))
+    try:
+        tenant = make_tenant(runtime, "Cut", bundle)
+        with live_server(runtime) as base, httpx.Client(base_url=base, headers=tenant.headers, timeout=20) as http:
+            leads = [http.post("/api/v1/leads/submit", json={"campaignId": code, **person(950 + n)}).json()["data"]
+                     for n, code in enumerate(("CUT", "LNG"))]
+            assert wait_until(lambda: all(http.get(f"/api/v1/leads/{d['leadId']}").json()["data"]["status"] == "failed"
+                                          for d in leads), timeout=10)
+            records = [http.get(f"/api/v1/leads/{d['leadId']}").text for d in leads]
+    finally:
+        runtime.close()
+    cut = json.loads(records[0])["data"]["submissions"][-1]["delivery"]["responseMessage"]
+    assert cut.endswith("key: ***"), cut[-40:]
+    pieces = {token[i:i + 6] for i in range(len(token) - 5)}
+    assert not [p for p in pieces if p in records[0]]

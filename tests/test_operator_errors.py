@@ -42,7 +42,9 @@ def config_with(tmp_path: Path, extra: str = "", name: str = "other.toml") -> Cl
 
 
 def files_under(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+    """The data folder's files, but the lock a restore or a server takes (it holds no data)."""
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.name != "serve.lock") \
+        if path.exists() else []
 
 
 # ---- nothing is made by mistake ------------------------------------------------------------------
@@ -220,3 +222,28 @@ def test_a_port_in_use_is_one_line(cli):
         taken.listen()
         port = taken.getsockname()[1]
         one_error_line(cli("serve", "--port", str(port), expect=1), f"cannot listen on 127.0.0.1:{port}", "in use")
+
+
+def test_restore_replaces_a_damaged_database_and_refuses_a_live_file_copy(cli, tmp_path):
+    cli.json("tenant", "create", "Kept")
+    backup = Path(json.loads(cli("backup", str(tmp_path / "good.db"), "--json").stdout)["file"])
+    database = tmp_path / "data" / "appliance.db"
+    database.write_bytes(b"this is no longer a database" * 100)  # what a restore is for
+    restored = json.loads(cli("restore", str(backup), "--yes", "--json").stdout)
+    assert [t["name"] for t in cli.json("tenant", "list")] == ["Kept"]
+    assert Path(restored["previous"]).read_bytes().startswith(b"this is no longer")
+    # twice in the same second: the first kept database is not overwritten by the second
+    again = json.loads(cli("restore", str(backup), "--yes", "--json").stdout)
+    assert again["previous"] != restored["previous"] and Path(restored["previous"]).exists()
+    # a file copy of a live database carries its latest commits in the -wal beside it
+    live_copy = tmp_path / "copy.db"
+    live_copy.write_bytes(backup.read_bytes())
+    (tmp_path / "copy.db-wal").write_bytes(b"")
+    one_error_line(cli("restore", str(live_copy), "--yes", expect=1), "-wal", "appliance backup")
+
+
+def test_a_bundle_with_bad_utf8_in_a_string_is_one_line(cli, tmp_path):
+    tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"campaigns": [{"campaignId": "AB1", "name": "\xff"}]}')
+    one_error_line(cli("import", "--tenant", tenant_id, str(bad), expect=1), "not UTF-8")

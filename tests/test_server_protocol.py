@@ -228,25 +228,40 @@ def test_slow_body_is_not_cut_by_the_header_timeout(served):
     assert json.loads(answer)["data"]["leadId"].startswith("lead_")
 
 
-def test_stalled_connections_past_the_cap_make_room_for_new_ones(served):
-    port = served[0]
-    stalled = [connect(port) for _ in range(20)]
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory):
+    """The real app with a header timeout far beyond the test: whatever closes a connection early
+    is the cap."""
+    tmp = tmp_path_factory.mktemp("capped")
+    runtime = create_runtime(load_config(write_config(tmp)))
+    try:
+        with protocol_server(create_app(runtime, background=False), header_timeout=60) as port:
+            yield port
+    finally:
+        runtime.close()
+
+
+def test_stalled_connections_past_the_cap_make_room_for_new_ones(capped):
+    stalled = [connect(capped) for _ in range(20)]
     try:
         for n, sock in enumerate(stalled):
             if n % 2:  # half say nothing at all, half stop inside the request line
-                sock.sendall(b"GET /api/v1/camp")
-        started = time.monotonic()
-        status, document = healthz(port)
+                with contextlib.suppress(OSError):  # it may have been closed to make room already
+                    sock.sendall(b"GET /api/v1/camp")
+        status, document = healthz(capped)
         assert status == 200 and document["data"]["status"] == "ok"
-        assert time.monotonic() - started < TIMEOUT / 2  # answered, not waiting on a deadline
-        # 21 connections for 5 slots: the 16 that waited longest were closed to make room.
-        for n, sock in enumerate(stalled[:16]):
-            sock.settimeout(TIMEOUT / 2)
-            raw = read_all(sock)
-            if n % 2:
-                assert "make room" in envelope(raw, 408, "REQUEST_TIMEOUT")
-            else:
-                assert raw == b""
+        # 21 connections for 5 slots: the 16 that waited longest were closed to make room, with
+        # nothing or (when part of a request had arrived by then) a 408 that says why.
+        for sock in stalled[:16]:
+            try:
+                raw = read_all(sock)
+            except ConnectionResetError:  # closed with our bytes unread: a reset instead of a FIN
+                raw = b""
+            assert raw == b"" or "make room" in envelope(raw, 408, "REQUEST_TIMEOUT")
+        for sock in stalled[16:]:  # the newest 4 still wait for their headers
+            sock.settimeout(0.2)
+            with pytest.raises(TimeoutError):
+                sock.recv(1)
     finally:
         for sock in stalled:
             sock.close()

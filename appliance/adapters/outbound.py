@@ -116,7 +116,14 @@ MIN_SECRET_LENGTH: Final = 4
 _MIN_FRAGMENT: Final = 6
 _BASIC = re.compile(r"(?i)\b(basic)(\s+)([A-Za-z0-9+/_-]{4,}={0,2})")
 _BEARER = re.compile(r"(?i)\b(bearer)(\s+)([A-Za-z0-9._~+/-]{8,}=*)")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@:]*:[^\s/?#@]*@")
+# A scheme starts where no scheme character stands before it (a `\b` there would try every
+# position of a long run of them: quadratic time on a long text).
+_URL_USERINFO = re.compile(r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]*://)[^\s/?#@:]*:[^\s/?#@]*@")
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-F]{2}")
+# A text cut short (an adapter keeps the first N characters of a buyer's message) may end in the
+# first part of a credential: an ending of at least this many characters that begins a known
+# form is masked too.
+_MIN_CUT_TAIL: Final = 6
 
 
 def _base64_forms(raw: bytes) -> set[str]:
@@ -135,15 +142,16 @@ def _base64_forms(raw: bytes) -> set[str]:
 
 
 def _forms(secret: str) -> set[str]:
-    forms = {secret, quote(secret, safe=""), quote(secret), quote_plus(secret),
-             msgspec.json.encode(secret).decode()[1:-1]}
+    encoded = {quote(secret, safe=""), quote(secret), quote_plus(secret)}
+    encoded |= {_PERCENT_ESCAPE.sub(lambda m: m[0].lower(), form) for form in encoded}  # %2f as some encode
+    forms = {secret, *encoded, msgspec.json.encode(secret).decode()[1:-1]}
     return forms | _base64_forms(secret.encode())
 
 
 class Scrubber:
     """Masks `secrets` (and `pairs` of user and secret, as basic auth sends them) in text."""
 
-    __slots__ = ("_known",)
+    __slots__ = ("_known", "_beginnings", "_starts", "_longest")
 
     def __init__(self, secrets: Iterable[str | None] = (), pairs: Iterable[tuple[str | None, str | None]] = ()) -> None:
         forms: set[str] = set()
@@ -156,12 +164,23 @@ class Scrubber:
         # Longest first, so a form that contains another is masked whole.
         ordered = sorted((f for f in forms if len(f) >= MIN_SECRET_LENGTH), key=len, reverse=True)
         self._known = re.compile("|".join(map(re.escape, ordered))) if ordered else None
+        self._beginnings = {f[:n] for f in ordered for n in range(_MIN_CUT_TAIL, len(f))}
+        # Where such an ending may start: a lookahead finds every position, overlapping ones too.
+        starts = sorted({f[:_MIN_CUT_TAIL] for f in ordered if len(f) > _MIN_CUT_TAIL})
+        self._starts = re.compile("(?=" + "|".join(map(re.escape, starts)) + ")") if starts else None
+        self._longest = len(ordered[0]) if ordered else 0
 
     def __call__(self, text: str | None) -> str | None:
         if not text:
             return text
         if self._known is not None:
             text = self._known.sub(MASK, text)
+            if self._starts is not None:
+                window = text[-(self._longest - 1):]
+                for start in self._starts.finditer(window):  # earliest first: the longest ending
+                    if window[start.start():] in self._beginnings:
+                        text = text[:len(text) - len(window) + start.start()] + MASK
+                        break
         if "asic" in text or "ASIC" in text:
             text = _BASIC.sub(_mask_basic, text)
         if "earer" in text or "EARER" in text:
@@ -209,5 +228,6 @@ def stack_of(exc: BaseException, limit: int = 10) -> str:
 def adapter_crash(exc: BaseException, scrub: Scrubber) -> JourneyError:
     """What an adapter's exception leaves in the journey and the log: its type, its message and
     where it was raised, with known credentials masked (a plugin may put one in a message)."""
-    message = scrub(f"{type(exc).__name__}: {' '.join(str(exc).split())}".rstrip(": ")) or type(exc).__name__
-    return JourneyError(code="adapter_exception", message=message[:500], stack=scrub(stack_of(exc)))
+    text = " ".join(str(exc)[:2000].split())
+    message = scrub(f"{type(exc).__name__}: {text}".rstrip(": ")[:500]) or type(exc).__name__
+    return JourneyError(code="adapter_exception", message=message, stack=scrub(stack_of(exc)))

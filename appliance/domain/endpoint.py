@@ -152,12 +152,21 @@ class DeliveryEndpoint(Model):
 SEALED = "***"
 AUTH_FIELDS = ("auth.password", "auth.token")
 USERINFO_FIELD = "url.userinfo"
-_CREDENTIAL_NAME = re.compile(r"(?i)(auth|token|key|secret|pass|pwd|credential|signature|sig|session|cookie)")
+# A name's words (split at punctuation and camelCase) that say it carries a credential; a word
+# inside another word does not count (`keyword`, `author`, `design`, `passenger` are not).
+_CREDENTIAL_WORDS = frozenset({
+    "auth", "authorization", "authentication", "token", "key", "apikey", "secret", "password", "passwd",
+    "pass", "pwd", "credential", "credentials", "signature", "sig", "session", "sessionid", "cookie", "bearer"})
+_CREDENTIAL_ENDINGS = ("token", "secret", "password", "apikey")
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 
 def looks_like_credential(name: str) -> bool:
-    """Whether a header or query parameter of this name carries a credential."""
-    return _CREDENTIAL_NAME.search(name) is not None
+    """Whether a header or query parameter of this name carries a credential: `X-Api-Key`,
+    `apiKey`, `access_token`, `Authorization`, `client_secret`, `X-Signature`..."""
+    words = [word.lower() for word in _WORDS.findall(name)]
+    return any(word in _CREDENTIAL_WORDS or word.endswith(_CREDENTIAL_ENDINGS) for word in words) \
+        or "".join(words).endswith(_CREDENTIAL_ENDINGS)
 
 
 def header_field(name: str) -> str:

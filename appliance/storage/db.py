@@ -21,6 +21,7 @@ import queue
 import shutil
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -459,8 +460,16 @@ class Database:
 def inspect_backup(path: Path) -> str | None:
     """Check that `path` is a sound appliance database; answers the master key id its secrets
     were sealed with (None when it holds none). Raises StorageError saying what is wrong."""
+    for suffix in ("-wal", "-shm"):
+        if path.with_name(path.name + suffix).exists():
+            # A file copy of a live database: its latest commits are in the WAL beside it, which
+            # the check would read and the restore, copying the main file, would not carry.
+            raise StorageError(f"{path} has a {suffix} file beside it (a copy of a running database): "
+                               "restore a file made by `appliance backup`")
     try:
-        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        # immutable: read as the file is, creating no -wal or -shm beside it
+        conn = apsw.Connection(f"file:{urllib.parse.quote(str(path.resolve()))}?immutable=1",
+                               flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
     except apsw.Error as exc:
         raise StorageError(f"cannot open backup {path}: {exc}") from None
     try:
@@ -490,10 +499,13 @@ def restore_database(backup: Path, database_file: Path, keep_as: Path) -> bool:
             target.flush()
             os.fsync(target.fileno())
         kept = database_file.exists()
+        wal = database_file.with_name(database_file.name + "-wal")
+        if kept and not _checkpointed(database_file):
+            # A damaged database (what a restore is often for) cannot be checkpointed: its WAL
+            # is kept beside it as it is.
+            if wal.exists():
+                os.replace(wal, keep_as.with_name(keep_as.name + "-wal"))
         if kept:
-            conn = apsw.Connection(str(database_file))
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.close()
             os.replace(database_file, keep_as)
         for suffix in ("-wal", "-shm"):
             database_file.with_name(database_file.name + suffix).unlink(missing_ok=True)
@@ -507,6 +519,19 @@ def restore_database(backup: Path, database_file: Path, keep_as: Path) -> bool:
         staged.unlink(missing_ok=True)
         raise StorageError(f"restore failed: {exc}") from None
     return kept
+
+
+def _checkpointed(database_file: Path) -> bool:
+    """Whether everything in the database's WAL is now in the file itself."""
+    try:
+        conn = apsw.Connection(str(database_file))
+        try:
+            busy, _frames, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return busy == 0
+        finally:
+            conn.close()
+    except apsw.Error:
+        return False
 
 
 class _LoopWrites:
