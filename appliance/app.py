@@ -25,7 +25,7 @@ from appliance.jobs.delivery import DeliveryWorker
 from appliance.jobs.ticker import flush_activity, run_ticker
 from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
-from appliance.tenant_settings import SettingsCache
+from appliance.services.tenant_settings import SettingsCache
 
 # httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
 # a buyer's or provider's URL may carry a credential in its query string. Our own delivery

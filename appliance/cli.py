@@ -19,8 +19,9 @@ from typing import Any
 
 import click
 
-from appliance import __version__, logs, tenancy
-from appliance.bundle import BundleError, format_from_filename
+from appliance import __version__, logs
+from appliance.services import tenancy
+from appliance.services.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
@@ -195,7 +196,7 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 @click.pass_context
 def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Set up a demo tenant with sample campaigns, print a fresh key and a curl line, and serve."""
-    from appliance.demo import DEMO_LEAD, ensure_demo_tenant
+    from appliance.services.demo import DEMO_LEAD, ensure_demo_tenant
 
     config = ctx.obj["config"]()
     try:
@@ -414,11 +415,9 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def database() -> str:
         runtime = open_runtime(config)  # refuses a missing database and a master key that does not fit
         try:
-            conn = runtime.db.reader()
-            (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
+            verdict, applied = runtime.db.health()
             if verdict != "ok":
                 raise StorageError(f"integrity_check: {verdict}")
-            applied = conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
             return (f"{config.database_file}: integrity ok, {applied}/{len(MIGRATIONS)} migrations, "
                     f"secrets open with {runtime.box.key_id}")
         finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.bundle import endpoint_secret_ref
+from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import Clock, iso
 from appliance.config import Config
 from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_master_key

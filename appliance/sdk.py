@@ -27,6 +27,7 @@ import httpx
 import msgspec
 import pluggy
 
+from appliance.domain.delivery_result import DeliveryResult, Outcome
 from appliance.domain.endpoint import DeliveryEndpoint
 
 API_VERSION = 1
@@ -36,8 +37,8 @@ hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 __all__ = [
-    "API_VERSION", "hookimpl", "DeliveryAdapter", "DeliveryRequest", "DeliveryResult", "SmsProvider", "SmsMessage",
-    "SmsResult", "PixelPlatform", "PixelEvent", "PixelResult", "IntakeAction",
+    "API_VERSION", "hookimpl", "DeliveryAdapter", "DeliveryRequest", "DeliveryResult", "Outcome", "SmsProvider",
+    "SmsMessage", "SmsResult", "PixelPlatform", "PixelEvent", "PixelResult", "IntakeAction",
 ]
 
 
@@ -53,25 +54,6 @@ class DeliveryRequest(msgspec.Struct, kw_only=True):
     secrets: dict[str, str]       # the endpoint's opened secrets: "auth.password", "auth.token"
     settings: dict[str, Any]      # this adapter's plugin table from the config file
     allow_private_addresses: bool = False
-
-
-Outcome = Literal["success", "failure", "duplicate", "error"]
-
-
-class DeliveryResult(msgspec.Struct, kw_only=True):
-    """`success`: delivered. `failure` / `duplicate`: the buyer said no; never retried.
-    `error`: timeout, connection, 5xx, 408, 429 or a bug; retried with backoff."""
-
-    outcome: Outcome
-    reason: str | None = None
-    status_code: int | None = None
-    client_lead_id: str | None = None
-    message: str | None = None
-    response_fields: dict[str, str] = {}
-    price: float | None = None
-    url: str | None = None
-    method: str | None = None
-    body_format: str | None = None
 
 
 class DeliveryAdapter:

@@ -143,7 +143,7 @@ def make_campaign(i: int, n: int, rng: random.Random) -> dict[str, Any]:
 
 
 def build_bundle(n: int = 200, seed: int = 7) -> dict[str, Any]:
-    from appliance.demo import DEMO_BUNDLE
+    from appliance.services.demo import DEMO_BUNDLE
 
     rng = random.Random(seed)
     endpoint = DEMO_BUNDLE["deliveryEndpoints"][0]

@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import apsw
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime

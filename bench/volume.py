@@ -41,7 +41,7 @@ from urllib.parse import quote
 import apsw
 import msgspec
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.api.leads import search_filter
 from appliance.clock import iso
 from appliance.config import load_config

@@ -16,7 +16,7 @@ from hypothesis import settings
 from click.testing import CliRunner
 from litestar.testing import TestClient
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.cli import main as cli_main
 from appliance.config import Config, load_config

@@ -8,7 +8,7 @@ import json
 import msgspec
 import pytest
 
-from appliance.bundle import BundleError, TenantBundle, format_from_filename, load_bundle, split_secrets
+from appliance.services.bundle import BundleError, TenantBundle, format_from_filename, load_bundle, split_secrets
 from appliance.domain.campaign import Campaign, public_campaign
 from appliance.domain.standard_fields import STANDARD_FIELDS
 

@@ -136,7 +136,7 @@ def test_field_library_get_one_and_missing(client, tenant):
 
 
 def test_tenant_isolation_on_every_catalog_route(client, runtime, tenant, other_tenant):
-    from appliance import tenancy
+    from appliance.services import tenancy
     import msgspec
 
     tenancy.import_bundle(runtime, other_tenant.tenant_id, msgspec.json.encode({
@@ -154,7 +154,7 @@ def test_tenant_isolation_on_every_catalog_route(client, runtime, tenant, other_
 
 
 def test_rendered_pages_follow_key_changes(client, runtime, tenant):
-    from appliance import tenancy
+    from appliance.services import tenancy
 
     def prefix() -> str:
         campaigns = data(client.get("/api/v1/campaigns", headers=tenant.headers))["campaigns"]

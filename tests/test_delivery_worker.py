@@ -270,7 +270,7 @@ def test_short_circuited_submission_is_evaluated_by_the_job_loop(live, runtime):
     tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
         "DL1", "Quick", ingestion={"sources": [{"sourceId": "fast", "shortCircuitSyncEvaluation": True}]},
         delivery={"deliveryEndpointId": "ep"})]})
-    from appliance import tenancy
+    from appliance.services import tenancy
 
     key = tenancy.create_key(runtime, tenant.tenant_id, source_id="fast").key
     response = live.post("/api/v1/leads/submit", json=lead_body("DL1"), headers={"X-API-Key": key})

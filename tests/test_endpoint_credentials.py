@@ -74,7 +74,7 @@ def database_text(cli: Cli) -> str:
 def deliver_one(cli: Cli, tenant_id: str, buyer: BuyerServer, n: int):
     runtime = create_runtime(load_config(cli.config))
     try:
-        from appliance import tenancy
+        from appliance.services import tenancy
         key = tenancy.create_key(runtime, tenant_id, name="t").key
         with live_server(runtime) as base, httpx.Client(base_url=base, headers={"X-API-Key": key}) as http:
             lead_id = http.post("/api/v1/leads/submit", json={"campaignId": "CRD", **person(n)}).json()["data"]["leadId"]

@@ -15,8 +15,8 @@ import msgspec
 import pytest
 from litestar.routes import HTTPRoute
 
-from appliance import tenancy
-from appliance.bundle import TenantBundle
+from appliance.services import tenancy
+from appliance.services.bundle import TenantBundle
 from appliance.domain.campaign import Campaign
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.submission import SubmitLead

@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
@@ -238,7 +238,7 @@ def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenan
 
 
 def test_unexpected_exception_in_submit_is_the_same_generic_500(client, tenant, monkeypatch, caplog):
-    from appliance import intake
+    from appliance.services import intake
 
     async def broken(*args, **kwargs):
         raise RuntimeError("token=super-secret-value at /internal/path")

@@ -18,7 +18,7 @@ import msgspec
 import pytest
 import uvicorn
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import Runtime, create_runtime

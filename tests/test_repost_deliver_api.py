@@ -9,12 +9,12 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from appliance import reposts, tenancy
+from appliance.services import reposts, tenancy
 from appliance.app import create_app
 from appliance.domain.submission import SubmitLead
 from appliance.errors import InvalidState
 from appliance.storage import leads as lead_store
-from appliance.tenant_settings import load_settings
+from appliance.services.tenant_settings import load_settings
 from tests.conftest import make_tenant
 from tests.test_delivery_worker import SCRIPTED, endpoint, lead_body, status_is, wait_for
 from tests.test_submit_support import (  # noqa: F401

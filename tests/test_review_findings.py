@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from litestar.testing import TestClient
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.runtime import Runtime
 from appliance.storage import leads as lead_store
@@ -231,7 +231,7 @@ def test_resubmission_merged_into_a_stale_copy_is_refused(runtime, clock, monkey
     """A change committed between the resubmission's read and its write must not be undone."""
     import msgspec
 
-    from appliance import intake
+    from appliance.services import intake
     from appliance.storage import leads as lead_store
 
     tenant = make_tenant(runtime, "T", {"campaigns": [campaign("RS1", "Resubmit")]})

@@ -68,7 +68,7 @@ if os.environ.get(KNOWN_LEADS_ENV):  # inside the schemathesis CLI (SCHEMATHESIS
 
     _KNOWN_LEADS = os.environ[KNOWN_LEADS_ENV].split(",")
 
-    from appliance.lead_updates import parse_iso
+    from appliance.services.lead_updates import parse_iso
 
     @schemathesis.hook
     def before_call(context, case, kwargs):

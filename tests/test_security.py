@@ -21,7 +21,8 @@ import sys
 import httpx
 from litestar.routes import HTTPRoute
 
-from appliance import apikeys, tenancy
+from appliance import apikeys
+from appliance.services import tenancy
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 from appliance.storage import tenants as tenant_store

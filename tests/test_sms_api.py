@@ -429,7 +429,7 @@ def test_openapi_documents_the_routes(client):
 
 
 def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fake, runtime):
-    from appliance import sms
+    from appliance.services import sms
     from appliance.jobs.ticker import settle_interrupted_sms
     from appliance.plugins import load_plugins
     from tests.test_submit_support import FakeClock

@@ -17,7 +17,7 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import Runtime, create_runtime

@@ -1,4 +1,4 @@
-"""File references; the rules are in appliance/files.py."""
+"""File references; the rules are in appliance/services/files.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import Request, Response, get, post
 from litestar.params import PathParameter
 
-from appliance import files
+from appliance.services import files
 from appliance.api.auth import principal
 from appliance.api.io import ok, ok_raw, read_json
 

@@ -11,7 +11,7 @@ from litestar import Request, Response, get, patch, post
 from litestar.datastructures import State
 from litestar.params import PathParameter, QueryParameter
 
-from appliance import approvals, intake, lead_updates, reposts
+from appliance.services import approvals, intake, lead_updates, reposts
 from appliance.api.auth import principal
 from appliance.api.io import decode_json, ok, ok_body, ok_raw, query_int, query_str, read_json, require_json
 from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
@@ -197,7 +197,7 @@ def get_lead(request: Request, lead_id: LeadId) -> Response:
 @patch("/api/v1/leads/bulk", operation_id="bulkUpdateLeads", status_code=200,
        opt={"body": lead_updates.BulkUpdateBody, "data": lead_updates.BulkUpdateResult})
 async def bulk_update_leads(request: Request) -> Response:
-    """See appliance/lead_updates.py for the keys and what a status change does."""
+    """See appliance/services/lead_updates.py for the keys and what a status change does."""
     who = principal(request.scope)
     try:
         body = await read_json(request, lead_updates.BulkUpdateBody)
@@ -218,7 +218,7 @@ async def bulk_update_leads(request: Request) -> Response:
            "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def repost_lead(request: Request, lead_id: LeadId) -> Response:
     """Every body field is optional: an empty body (no content at all) is a simple retry.
-    See appliance/reposts.py for the modes and the rules."""
+    See appliance/services/reposts.py for the modes and the rules."""
     who = principal(request.scope)
     raw = await request.body()
     body = await read_json(request, reposts.RepostBody) if raw.strip() else reposts.RepostBody()
@@ -233,7 +233,7 @@ async def repost_lead(request: Request, lead_id: LeadId) -> Response:
       opt={"body": reposts.DeliverBody, "data": reposts.DeliverResult, "status": 201,
            "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
-    """See appliance/reposts.py for which leads may be delivered manually."""
+    """See appliance/services/reposts.py for which leads may be delivered manually."""
     who = principal(request.scope)
     body = await read_json(request, reposts.DeliverBody)
     state = request.app.state

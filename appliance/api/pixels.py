@@ -1,10 +1,10 @@
-"""POST /api/v1/pixels/fire; the rules are in appliance/pixels.py."""
+"""POST /api/v1/pixels/fire; the rules are in appliance/services/pixels.py."""
 
 from __future__ import annotations
 
 from litestar import Request, Response, post
 
-from appliance import pixels
+from appliance.services import pixels
 from appliance.api.auth import principal
 from appliance.api.io import ok, read_json
 

@@ -1,10 +1,10 @@
-"""POST /api/v1/sms/send; the rules are in appliance/sms.py."""
+"""POST /api/v1/sms/send; the rules are in appliance/services/sms.py."""
 
 from __future__ import annotations
 
 from litestar import Request, Response, post
 
-from appliance import sms
+from appliance.services import sms
 from appliance.api.auth import principal
 from appliance.api.io import ok, read_json
 

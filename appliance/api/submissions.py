@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import Request, Response, get, patch
 from litestar.params import PathParameter
 
-from appliance import lead_updates
+from appliance.services import lead_updates
 from appliance.api.auth import principal
 from appliance.api.io import ok, ok_raw, read_json
 from appliance.domain.lead import Submission

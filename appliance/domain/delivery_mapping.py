@@ -37,9 +37,9 @@ from urllib.parse import urlencode
 
 import msgspec
 
+from appliance.domain.delivery_result import DeliveryResult
 from appliance.domain.endpoint import DeliveryEndpoint, ResponseMatcher, ResponseRules
 from appliance.domain.rules import MISSING, as_number, is_absent, resolve
-from appliance.sdk import DeliveryResult
 
 MAX_RESPONSE_FIELDS: Final = 50
 MAX_FIELD_CHARS: Final = 500

@@ -20,7 +20,7 @@ import msgspec
 
 from appliance import logs
 from appliance.adapters.outbound import Scrubber, adapter_crash
-from appliance.bundle import endpoint_secret_ref
+from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
 from appliance.domain.campaign import Campaign
@@ -31,11 +31,12 @@ from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot,
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
 from appliance.runtime import Runtime
-from appliance.sdk import DeliveryRequest, DeliveryResult, IntakeAction
+from appliance.services.intake import run_intake_action
+from appliance.sdk import DeliveryRequest, DeliveryResult
 from appliance.storage import catalog, jobs, secrets
 from appliance.storage import leads as lead_store
 from appliance.storage.tenants import config_rev
-from appliance.tenant_settings import SettingsCache, TenantSettings
+from appliance.services.tenant_settings import SettingsCache, TenantSettings
 
 log = logging.getLogger("appliance.delivery")
 
@@ -479,15 +480,6 @@ class DeliveryWorker:
         await self.runtime.db.write(unit)
         if evaluation.intake_action in ("engage", "workflow"):
             run_intake_action(self.registry, evaluation.campaign, attempt.lead, job.submission_id, evaluation.intake_action)
-
-
-def run_intake_action(registry: Any, campaign: Campaign, lead: LeadRecord, submission_id: str, action: str) -> None:
-    config = campaign.first_intake_action.engage if action == "engage" else campaign.first_intake_action.workflow
-    errors = registry.call_intake_action(IntakeAction(
-        action=action, lead=facts_of(lead), campaign_id=campaign.campaign_id, submission_id=submission_id,
-        config=msgspec.to_builtins(config) if config is not None else {}))
-    for error in errors:
-        log.error("intake action %s for %s: %s", action, lead.lead_id, error)
 
 
 def retries_left(endpoint: DeliveryEndpoint | None, attempts: int) -> bool:

@@ -12,6 +12,7 @@ from datetime import timedelta
 from appliance.clock import iso
 from appliance.runtime import Runtime
 from appliance.storage import messages
+from appliance.storage.db import optimize
 from appliance.storage.activity import append_activity, purge_activity
 
 log = logging.getLogger("appliance.ticker")
@@ -63,7 +64,7 @@ class _Every:
 
 
 async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
-    optimize = _Every(OPTIMIZE_EVERY)
+    planner_stats = _Every(OPTIMIZE_EVERY)
     purge = _Every(PURGE_EVERY, first_now=True)  # purge once soon after start
     sms_settle = _Every(SMS_SETTLE_EVERY, first_now=True)
     while not stop.is_set():
@@ -77,7 +78,7 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
                 await purge_old_activity(runtime)
             if sms_settle.due() and (settled := await settle_interrupted_sms(runtime)):
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)
-            if optimize.due():
-                await runtime.db.write(lambda conn: conn.execute("PRAGMA optimize"))
+            if planner_stats.due():
+                await runtime.db.write(optimize)
         except Exception as exc:  # housekeeping must never stop the loop
             log.error("ticker step failed: %s", type(exc).__name__)

@@ -433,6 +433,16 @@ class Database:
     def rows(self, sql: str, params: tuple | dict = ()) -> list[tuple]:
         return self.reader().execute(sql, params).fetchall()
 
+    def ping(self) -> None:
+        """A trivial read: raises when the database does not answer."""
+        self.row("SELECT 1")
+
+    def health(self) -> tuple[str, int]:
+        """(SQLite's integrity_check verdict, migrations applied)."""
+        conn = self.reader()
+        (verdict,) = conn.execute("PRAGMA integrity_check").fetchone()
+        return verdict, conn.execute("SELECT count(*) FROM migrations").fetchone()[0]
+
     def row(self, sql: str, params: tuple | dict = ()) -> tuple | None:
         for found in self.reader().execute(sql, params):
             return found
@@ -455,6 +465,11 @@ class Database:
                 backup.step(-1)
         finally:
             target.close()
+
+
+def optimize(conn: apsw.Connection) -> None:
+    """Let SQLite refresh the statistics its query planner uses (cheap when nothing changed)."""
+    conn.execute("PRAGMA optimize")
 
 
 def inspect_backup(path: Path) -> str | None:

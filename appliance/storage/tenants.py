@@ -100,8 +100,15 @@ def revoke_key(conn: apsw.Connection, key_id: str, now: str) -> bool:
     return conn.changes() > 0
 
 
-def key_exists(conn: apsw.Connection, key_id: str) -> bool:
-    return conn.execute("SELECT 1 FROM api_keys WHERE key_id = ?", (key_id,)).fetchone() is not None
+def key_tenant(conn: apsw.Connection, key_id: str) -> str | None:
+    found = conn.execute("SELECT tenant_id FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
+    return found[0] if found else None
+
+
+def key_owner_by_hash(conn: apsw.Connection, key_hash: bytes) -> tuple[str, str | None] | None:
+    """(tenant, source) of the key with this hash, live or revoked."""
+    found = conn.execute("SELECT tenant_id, source_id FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
+    return tuple(found) if found else None
 
 
 def source_key_prefixes(conn: apsw.Connection, tenant_id: str) -> dict[str, str]:

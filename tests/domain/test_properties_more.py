@@ -25,7 +25,7 @@ from appliance.domain.rules import (
     MISSING, check_condition, evaluate_rule_set, matches, prepare_value_sets, qualify, resolve,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of
-from appliance.lead_updates import parse_iso
+from appliance.services.lead_updates import parse_iso
 
 TODAY = date(2024, 6, 15)
 OPERATORS = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from appliance import tenancy
+from appliance.services import tenancy
 from appliance.runtime import Runtime
 from appliance.storage.tenants import list_tenants
 

@@ -39,7 +39,7 @@ from appliance.storage import secrets
 
 ActionSource = Literal["website", "phone_call", "chat", "system_generated"]
 
-log = logging.getLogger("appliance.pixels")
+log = logging.getLogger("appliance.services.pixels")
 
 
 class FireBody(Model):

@@ -30,7 +30,7 @@ from msgspec import Meta
 from appliance.clock import iso
 from appliance.errors import NotFound, ValidationFailed
 from appliance.ids import new_id
-from appliance.lead_updates import parse_iso
+from appliance.services.lead_updates import parse_iso
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.storage import files as file_store

@@ -69,7 +69,7 @@ from appliance.runtime import Runtime
 from appliance.storage import catalog
 from appliance.storage import jobs
 from appliance.storage import leads as lead_store
-from appliance.tenant_settings import TenantSettings
+from appliance.services.tenant_settings import TenantSettings
 
 CampaignId = Annotated[str, Meta(min_length=1, max_length=64)]
 REPOST_EVENT = "repost"

@@ -49,7 +49,7 @@ from appliance.storage import messages as store
 
 MAX_MESSAGE = 1600
 
-log = logging.getLogger("appliance.sms")
+log = logging.getLogger("appliance.services.sms")
 
 
 class SmsSendBody(Model):

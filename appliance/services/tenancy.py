@@ -9,7 +9,7 @@ import msgspec
 
 from appliance import apikeys
 from appliance.adapters import netguard
-from appliance.bundle import BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets
+from appliance.services.bundle import BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets
 from appliance.clock import iso
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
 from appliance.domain.standard_fields import STANDARD_FIELDS
@@ -90,12 +90,12 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
     now = iso(runtime.clock.now())
 
     def unit(conn):
-        if not tenants.key_exists(conn, key_id):
+        tenant_id = tenants.key_tenant(conn, key_id)
+        if tenant_id is None:
             raise AdminError(f"key {key_id} does not exist")
         tenants.revoke_key(conn, key_id, now)
-        for (tenant_id,) in conn.execute("SELECT tenant_id FROM api_keys WHERE key_id = ?", (key_id,)).fetchall():
-            catalog.refresh_public_docs(conn, tenant_id)
-            tenants.bump_config_rev(conn, tenant_id)
+        catalog.refresh_public_docs(conn, tenant_id)
+        tenants.bump_config_rev(conn, tenant_id)
 
     runtime.db.write_sync(unit, may_refuse=True)
     runtime.db.announce_admin_change()
@@ -129,11 +129,11 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
     def unit(conn):
         for source_id, plain in source_keys:
             digest = apikeys.key_hash(plain)
-            owner = conn.execute("SELECT tenant_id, source_id FROM api_keys WHERE key_hash = ?", (digest,)).fetchone()
+            owner = tenants.key_owner_by_hash(conn, digest)
             if owner is None:
                 tenants.insert_key(conn, tenant_id=tenant_id, name=f"imported for {source_id}", kind="source",
                                    source_id=source_id, prefix=apikeys.display_prefix(plain), key_hash=digest, now=now)
-            elif tuple(owner) != (tenant_id, source_id):
+            elif owner != (tenant_id, source_id):
                 raise AdminError(f"the apiKey of source {source_id} is already in use by another key")
         for ref, blob in sealed.items():
             secrets.put_sealed(conn, tenant_id, ref, blob, now)

@@ -6,6 +6,7 @@ ledger entries and its delivery job are committed together."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -24,12 +25,14 @@ from appliance.domain.pipeline import (
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
 from appliance.ids import new_id
-from appliance.jobs.delivery import run_intake_action
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
+from appliance.sdk import IntakeAction
+from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import leads as lead_store
 from appliance.storage.tenants import KeyRecord
-from appliance.tenant_settings import TenantSettings
+
+log = logging.getLogger("appliance.intake")
 
 
 class SubmitResult(msgspec.Struct, rename="camel"):
@@ -231,3 +234,13 @@ class _Plan:
                 lead_store.LedgerEntry("cost", m.lead_status, float(m.amount), m.currency, self.intake.campaign_id,
                                        self.source.source_id) for m in due], now)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
+
+
+def run_intake_action(registry: Registry, campaign: Campaign, lead: LeadRecord, submission_id: str, action: str) -> None:
+    """The first intake action's plugin hooks (engage, workflow); their failures are logged, never raised."""
+    config = campaign.first_intake_action.engage if action == "engage" else campaign.first_intake_action.workflow
+    errors = registry.call_intake_action(IntakeAction(
+        action=action, lead=facts_of(lead), campaign_id=campaign.campaign_id, submission_id=submission_id,
+        config=msgspec.to_builtins(config) if config is not None else {}))
+    for error in errors:
+        log.error("intake action %s for %s: %s", action, lead.lead_id, error)

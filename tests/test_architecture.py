@@ -1,0 +1,77 @@
+"""The layering docs/architecture.md describes, read from the code's imports: no import cycles
+between the appliance's modules; `domain/` imports nothing above it (only itself, the model base
+and the clock); nothing outside `storage/` imports the database engine."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
+DOMAIN_MAY_IMPORT = ("appliance.domain", "appliance.model", "appliance.clock")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """The modules `path` imports at module level (function-level imports are deferred on purpose)."""
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found |= {f"{node.module}.{alias.name}" for alias in node.names}
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    return {name: {m for m in imports_of(path) if m in modules and m != name} for name, path in modules.items()}
+
+
+def test_no_import_cycles():
+    edges = graph()
+    state: dict[str, str] = {}
+    cycles = []
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = "open"
+        for target in sorted(edges[name]):
+            if state.get(target) == "open":
+                cycles.append(trail[trail.index(target):] + [target] if target in trail else [name, target])
+            elif target not in state:
+                visit(target, [*trail, target])
+        state[name] = "done"
+
+    for name in sorted(edges):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+
+
+def test_domain_imports_nothing_above_it():
+    wrong = {name: sorted(m for m in targets if not m.startswith(DOMAIN_MAY_IMPORT))
+             for name, targets in graph().items() if name.startswith("appliance.domain")}
+    assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+def test_no_sql_outside_storage():
+    statements = ("SELECT ", "INSERT ", "UPDATE ", "DELETE FROM", "PRAGMA ", ".execute(")
+    found = sorted(f"{module_name(path)}: {line.strip()[:60]}" for path in PACKAGE.rglob("*.py")
+                   if not module_name(path).startswith("appliance.storage")
+                   for line in path.read_text().splitlines()
+                   if any(s in line for s in statements) and not line.lstrip().startswith("#"))
+    assert found == []
+
+
+def test_only_storage_knows_the_database_engine():
+    users = sorted(module_name(path) for path in PACKAGE.rglob("*.py")
+                   if "apsw" in {m.split(".")[0] for m in imports_of(path)}
+                   and not module_name(path).startswith("appliance.storage"))
+    # Still to move behind a store object (they pass connections to storage functions in write units):
+    assert users == ["appliance.jobs.delivery", "appliance.services.approvals", "appliance.services.files",
+                     "appliance.services.intake", "appliance.services.lead_updates", "appliance.services.reposts"]
