@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 
 
 class Clock:
     def now(self) -> datetime:
         return datetime.now(timezone.utc)
+
+    def monotonic(self) -> float:
+        """Seconds that only go forward (for intervals: the wall clock may be set back)."""
+        return time.monotonic()
 
 
 _UTC = timezone.utc

@@ -21,6 +21,7 @@ major version of this API is refused at load time. Built-in adapters register th
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -54,6 +55,8 @@ class DeliveryRequest(msgspec.Struct, kw_only=True):
     secrets: dict[str, str]       # the endpoint's opened secrets: "auth.password", "auth.token"
     settings: dict[str, Any]      # this adapter's plugin table from the config file
     allow_private_addresses: bool = False
+    # When the attempt is made, by the worker's clock (the date fieldMapping values are read on).
+    now: datetime = msgspec.field(default_factory=lambda: datetime.now(timezone.utc))
 
 
 class DeliveryAdapter:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from litestar.testing import TestClient
@@ -39,6 +39,8 @@ class Scripted(DeliveryAdapter):
             return DeliveryResult(outcome="success", status_code="200", response_fields={"n": 1})
         if step == "not-a-result":
             return None
+        if step == "clock":  # the attempt's time, as the worker's clock has it
+            return DeliveryResult(outcome="success", status_code=200, message=request.now.isoformat())
         return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),
                               client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
                               message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
@@ -126,6 +128,15 @@ def test_qualified_lead_is_delivered_with_outcome_and_revenue(live, runtime):
     assert jobs(runtime, data["submissionId"]) == [("deliver", "done", jobs(runtime, data["submissionId"])[0][2])]
     assert lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, data["leadId"]) == [
         ("revenue", "delivered", 40.0, "USD", "DL1", None)]
+
+
+def test_an_attempt_carries_the_workers_time(live, runtime, clock):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    clock.advance(days=40)
+    data = submit(live, tenant, lead_body("DL1", "clock"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert lead["submissions"][0]["delivery"]["responseMessage"] == (START + timedelta(days=40)).isoformat()
 
 
 def test_buyer_refusal_fails_without_retry(live, runtime):

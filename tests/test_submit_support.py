@@ -39,6 +39,9 @@ class FakeClock:
     def now(self) -> datetime:
         return self.moment
 
+    def monotonic(self) -> float:
+        return self.moment.timestamp()
+
     def set(self, moment: datetime) -> None:
         self.moment = moment
 

@@ -47,7 +47,6 @@ import base64
 import functools
 import ssl
 import zlib
-from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -187,7 +186,7 @@ class HttpDelivery(DeliveryAdapter):
         problems = self.validate(endpoint)
         if problems:
             return outcome("failure", "; ".join(problems))
-        payload, problems = build_payload(endpoint, request.lead, datetime.now(UTC).date())
+        payload, problems = build_payload(endpoint, request.lead, request.now.date())
         auth_headers, auth_problem = _auth_headers(endpoint, request.secrets)
         if auth_problem:
             problems.append(auth_problem)

@@ -248,7 +248,7 @@ class DeliveryWorker:
                 lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
                 endpoint=endpoint, secrets=opened.secrets,
                 settings=self.registry.adapter_settings("delivery", endpoint.adapter),
-                allow_private_addresses=self.runtime.config.delivery.allow_private_addresses)
+                allow_private_addresses=self.runtime.config.delivery.allow_private_addresses, now=attempt.now)
             try:
                 async with asyncio.timeout(float(endpoint.timeout_seconds) + DEADLINE_MARGIN):
                     result = _checked(await adapter.deliver(request, http), endpoint.adapter)

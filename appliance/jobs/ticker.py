@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from datetime import timedelta
 
-from appliance.clock import iso
+from appliance.clock import Clock, iso
 from appliance.runtime import Runtime
 from appliance.storage import messages
 from appliance.storage.db import optimize
@@ -50,23 +49,27 @@ async def settle_interrupted_sms(runtime: Runtime) -> int:
 
 
 class _Every:
-    """A step that is due every `seconds` on the monotonic clock (`first_now`: due at once)."""
+    """A step that is due every `seconds` on the clock's monotonic time (`first_now`: due at once).
+    Missed ticks are skipped, not replayed."""
 
-    def __init__(self, seconds: float, *, first_now: bool = False) -> None:
+    def __init__(self, clock: Clock, seconds: float, *, first_now: bool = False) -> None:
+        self.clock = clock
         self.seconds = seconds
-        self.last = time.monotonic() - (seconds if first_now else 0.0)
+        self.last = clock.monotonic() - (seconds if first_now else 0.0)
 
     def due(self) -> bool:
-        if time.monotonic() - self.last < self.seconds:
+        now = self.clock.monotonic()
+        if now - self.last < self.seconds:
             return False
-        self.last = time.monotonic()
+        self.last = now
         return True
 
 
 async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
-    planner_stats = _Every(OPTIMIZE_EVERY)
-    purge = _Every(PURGE_EVERY, first_now=True)  # purge once soon after start
-    sms_settle = _Every(SMS_SETTLE_EVERY, first_now=True)
+    clock = runtime.clock
+    planner_stats = _Every(clock, OPTIMIZE_EVERY)
+    purge = _Every(clock, PURGE_EVERY, first_now=True)  # purge once soon after start
+    sms_settle = _Every(clock, SMS_SETTLE_EVERY, first_now=True)
     while not stop.is_set():
         try:
             await asyncio.wait_for(stop.wait(), timeout=TICK_SECONDS)
