@@ -17,7 +17,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 SUBMIT = "/api/v1/leads/submit"
 HUMAN_REVIEW = {"enabled": True, "action": "human_review", "humanReview": {"reason": "check first"}}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_submit_support import (  # noqa: F401
+from tests.submit_support import (  # noqa: F401
     accepted, api, clock, events_of, jobs, person, plain, read_lead, rule_set, condition, setup_tenant, source_key,
 )
 

@@ -26,7 +26,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.buyer_server import wait_until
 from tests.processes import free_port, stop_process
-from tests.test_limits import person, write_config
+from tests.servers import person, write_config
 
 SUBMIT = "/api/v1/leads/submit"
 CLIENTS = 6

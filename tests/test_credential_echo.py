@@ -21,7 +21,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Received, Reply, wait_until
 from tests.conftest import make_tenant
-from tests.test_limits import live_server, person
+from tests.servers import live_server, person
 
 BUYER_USER, BUYER_PASS = "buyer-user", "url-pass-7Hq2"
 API_KEY = "query-key-9Zt4/+x"

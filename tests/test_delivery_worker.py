@@ -16,7 +16,7 @@ from appliance.runtime import Runtime
 from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import make_tenant
-from tests.test_submit_support import FakeClock
+from tests.submit_support import FakeClock
 
 # Tuesday 2026-03-10 15:00 UTC = 11:00 in New York.
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)

@@ -19,7 +19,7 @@ from appliance.config import load_config
 from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, wait_until
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 USER, PASSWORD, API_KEY, TOKEN, MARKED, SIGNED = "bob", "pw-9Hk2", "key-3Jd8", "tok-5Lq1", "marked-2Pz7", "sig-4Vc6"
 SECRETS = (PASSWORD, API_KEY, TOKEN, MARKED, SIGNED)

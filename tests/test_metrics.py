@@ -15,7 +15,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, wait_until
 from tests.conftest import make_tenant
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 
 def samples(text: str) -> dict[tuple[str, tuple], float]:

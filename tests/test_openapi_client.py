@@ -21,7 +21,7 @@ from appliance.config import load_config
 from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import Tenant, make_tenant
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 PACKAGE = "lead_appliance_client"
 # The generator's skipped-piece messages (it prints them as warnings and still exits 0 without

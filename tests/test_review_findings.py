@@ -18,7 +18,7 @@ from appliance.runtime import Runtime
 from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import make_tenant
-from tests.test_submit_support import FakeClock
+from tests.submit_support import FakeClock
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 
@@ -231,7 +231,6 @@ def test_resubmission_merged_into_a_stale_copy_is_refused(runtime, clock, monkey
     """A change committed between the resubmission's read and its write must not be undone."""
     import msgspec
 
-    from appliance.services import intake
     from appliance.storage import leads as lead_store
 
     tenant = make_tenant(runtime, "T", {"campaigns": [campaign("RS1", "Resubmit")]})
@@ -249,10 +248,10 @@ def test_resubmission_merged_into_a_stale_copy_is_refused(runtime, clock, monkey
         def first_read_is_stale(conn, tenant_id, lead_id):
             return next(calls, None) or real_get(conn, tenant_id, lead_id)
 
-        monkeypatch.setattr(intake.lead_store, "get_lead", first_read_is_stale)
+        monkeypatch.setattr(lead_store, "get_lead", first_read_is_stale)  # the storage module itself
         response = client.post("/api/v1/leads/submit", headers=tenant.headers,
                                json={"leadId": first["leadId"], "campaignId": "RS1", "notes": "resubmitted"})
-        monkeypatch.setattr(intake.lead_store, "get_lead", real_get)
+        monkeypatch.setattr(lead_store, "get_lead", real_get)
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "INVALID_STATE"
         lead = client.get(f"/api/v1/leads/{first['leadId']}", headers=tenant.headers).json()["data"]

@@ -51,7 +51,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer
 from tests.conftest import make_tenant
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))
 TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang

@@ -30,7 +30,7 @@ from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
 from tests.processes import free_port, stop_process
-from tests.test_limits import live_server, person, write_config
+from tests.servers import live_server, person, write_config
 
 SUBMIT = "/api/v1/leads/submit"
 

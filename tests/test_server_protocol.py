@@ -26,7 +26,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import Cli, make_tenant
 from tests.processes import free_port, stop_process
-from tests.test_limits import person, write_config
+from tests.servers import person, write_config
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 1.0  # [server] header_timeout_seconds of the servers here

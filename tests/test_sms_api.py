@@ -432,7 +432,7 @@ def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fak
     from appliance.services import sms
     from appliance.jobs.ticker import settle_interrupted_sms
     from appliance.plugins import load_plugins
-    from tests.test_submit_support import FakeClock
+    from tests.submit_support import FakeClock
 
     fake.route(TWILIO_PATH.format(sid="AC123"), delay=2, status=201, body={"sid": "late"})
     body = msgspec.convert({"leadId": submit(client, tenant), "message": "x"}, sms.SmsSendBody)

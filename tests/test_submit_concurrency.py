@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.test_limits import live_server
-from tests.test_submit_support import (
+from tests.servers import live_server
+from tests.submit_support import (
     lead_count,
     person,
     plain,

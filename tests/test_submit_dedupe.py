@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.test_submit_support import (  # noqa: F401
+from tests.submit_support import (  # noqa: F401
     accepted, api, clock, configured, events_of, jobs, lead_count, person, plain, read_lead, setup_tenant,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_submit_support import (
+from tests.submit_support import (
     accepted, api, clock, configured, jobs, lead_count, person, plain, read_lead, setup_tenant, submit,  # noqa: F401
 )
 from tests.conftest import make_tenant

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_submit_support import (  # noqa: F401
+from tests.submit_support import (  # noqa: F401
     accepted, api, clock, condition, event_types, events_of, jobs, person, plain, read_lead, rule_set,
     setup_tenant, source_key,
 )

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from tests.test_submit_support import (  # noqa: F401
+from tests.submit_support import (  # noqa: F401
     accepted, api, clock, events_of, jobs, lead_count, ledger, person, plain, read_lead, setup_tenant, source_key,
     submit,
 )

@@ -14,7 +14,7 @@ from appliance.config import load_config
 from appliance.runtime import create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
-from tests.test_submit_support import SUBMIT, lead_count, person, table_count
+from tests.submit_support import SUBMIT, lead_count, person, table_count
 
 
 @pytest.fixture(scope="module")
