@@ -9,10 +9,11 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from appliance.services import reposts, tenancy
 from appliance.app import create_app
+from appliance.domain.delivery_target import endpoint_override
 from appliance.domain.submission import SubmitLead
 from appliance.errors import InvalidState
+from appliance.services import reposts, tenancy
 from appliance.storage import leads as lead_store
 from appliance.services.tenant_settings import load_settings
 from tests.conftest import make_tenant
@@ -138,7 +139,7 @@ def test_simple_retry_creates_a_qualified_repost_submission_and_a_job(api, runti
     assert jobs(runtime, new_id) == [("deliver", "ready")]
     assert jobs(runtime, first["submissionId"]) == [("deliver", "done")]
     submission = lead_store.get_submission(runtime.db.reader(), tenant.tenant_id, new_id)
-    assert reposts.endpoint_override(submission) is None
+    assert endpoint_override(submission) is None
 
 
 def test_an_empty_request_body_is_a_simple_retry(api, runtime, tenant):
@@ -154,7 +155,7 @@ def test_simple_retry_records_the_delivery_endpoint_override(api, runtime, tenan
     new = read_lead(api, runtime, tenant, data["leadId"])["submissions"][-1]
     assert events_of(new, "repost")[0]["details"]["deliveryEndpointId"] == "ep-alt"
     submission = lead_store.get_submission(runtime.db.reader(), tenant.tenant_id, envelope["data"]["newSubmissionId"])
-    assert reposts.endpoint_override(submission) == "ep-alt"
+    assert endpoint_override(submission) == "ep-alt"
     assert jobs(runtime, new["submissionId"]) == [("deliver", "ready")]
 
 

@@ -35,3 +35,12 @@ def starts_delivery(new_status: str, old_status: str, *, delivery_open: bool, de
     """Whether a decision that left the lead at `new_status` schedules its submission's delivery:
     only when it cleared a held lead, and never beside an open delivery job or after a success."""
     return new_status == "qualified" and old_status != "qualified" and not delivery_open and not delivered
+
+
+def held_by_approval(status: str, approval: Approval | None) -> str | None:
+    """The status a lead that qualified again takes while its approval is open (`pending_action`)
+    or refused (`rejected`): a resubmission must not slip past a human decision. None when
+    nothing holds it."""
+    if status == "qualified" and approval is not None and approval.status in ("pending", "rejected"):
+        return "pending_action" if approval.status == "pending" else "rejected"
+    return None

@@ -22,9 +22,10 @@ from appliance import logs
 from appliance.adapters.outbound import Scrubber, adapter_crash
 from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import iso
-from appliance.domain.approval import holds_delivery
+from appliance.domain.approval import held_by_approval, holds_delivery
 from appliance.domain.campaign import Campaign
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
+from appliance.domain.delivery_target import delivery_endpoint_id
 from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
 from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
 from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot, usable
@@ -167,11 +168,7 @@ class DeliveryWorker:
         return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
 
     def _endpoint(self, attempt: Attempt, campaign: Campaign) -> OpenedEndpoint | None:
-        endpoint_id = campaign.delivery.delivery_endpoint_id
-        for item in reversed(attempt.submission.journey_events):  # a repost may name another endpoint
-            if item.type == "repost" and item.details and item.details.get("deliveryEndpointId"):
-                endpoint_id = item.details["deliveryEndpointId"]
-                break
+        endpoint_id = delivery_endpoint_id(attempt.submission, campaign)
         if not endpoint_id:
             return None
         # Endpoints and their opened secrets change only with the tenant's config revision.
@@ -453,11 +450,9 @@ class DeliveryWorker:
         def unit(conn: apsw.Connection) -> None:
             status, reason = evaluation.status, evaluation.qualification.reason or evaluation.status
             stored = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
-            held = stored.approval if stored is not None and evaluation.approval is None else None
-            if status == "qualified" and held is not None and held.status in ("pending", "rejected"):
-                # As at intake: a resubmission must not slip past an open or refused human decision.
-                status = "pending_action" if held.status == "pending" else "rejected"
-                reason = f"the lead's approval is {held.status}"
+            stored_approval = stored.approval if stored is not None and evaluation.approval is None else None
+            if (held := held_by_approval(status, stored_approval)) is not None:
+                status, reason = held, f"the lead's approval is {stored_approval.status}"
             evaluated = replace(attempt, events=(*attempt.events, *evaluation.events),
                                 submission=msgspec.structs.replace(
                                     attempt.submission, campaign=snapshot(evaluation.campaign),

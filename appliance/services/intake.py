@@ -15,6 +15,7 @@ import msgspec
 
 from appliance.clock import iso
 from appliance.domain import caps as caps_rules
+from appliance.domain.approval import held_by_approval
 from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.constraints import campaign_zone
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
@@ -184,9 +185,8 @@ class _Plan:
             events.extend(evaluation.events)
             if evaluation.approval is not None:
                 approval = evaluation.approval
-            elif status == "qualified" and approval is not None and approval.status in ("pending", "rejected"):
-                # A resubmission must not slip past an open or refused human decision.
-                status = "pending_action" if approval.status == "pending" else "rejected"
+            elif (held := held_by_approval(status, approval)) is not None:
+                status = held
                 events.append(event(now, "held_by_approval", f"the lead's approval is {approval.status}", campaign))
         elif status is None:
             status = "pending"  # the source asked for a quick answer: the job loop evaluates

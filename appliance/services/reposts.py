@@ -14,7 +14,7 @@ Repost (lead status failed, rejected or error; anything else 409 naming the stat
   qualification skipped (`qualification.method` "skipped"), status qualified, a deliver job.
   `deliveryInfo.deliveryEndpointId` names another delivery endpoint of the tenant for this one
   delivery. It is recorded in the details of the submission's `repost` journey event
-  (`{"deliveryEndpointId": ...}`), read back by `endpoint_override` (appliance/jobs/delivery.py
+  (`{"deliveryEndpointId": ...}`), read back by `endpoint_override` (appliance/domain/delivery_target.py
   reads it the same way).
   `deliveryInfo` is honoured by a modified retry as well.
 - Modified retry (modifiedPayload, which then needs campaignId; campaignId alone means a
@@ -56,6 +56,7 @@ from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.campaign import Campaign
+from appliance.domain.delivery_target import REPOST_EVENT
 from appliance.domain.lead import (
     REPOSTABLE, Approval, JourneyEvent, LeadRecord, QualificationOutcome, RoutingOutcome,
     Submission,
@@ -72,7 +73,6 @@ from appliance.storage import leads as lead_store
 from appliance.services.tenant_settings import TenantSettings
 
 CampaignId = Annotated[str, Meta(min_length=1, max_length=64)]
-REPOST_EVENT = "repost"
 # Lead statuses a manual delivery refuses: done, or processing under way that it would race.
 NOT_DELIVERABLE = {"delivered": "already delivered",
                    "pending": "still waiting for the engine to evaluate it",
@@ -107,15 +107,6 @@ class DeliverBody(Model):
 class DeliverResult(Model):
     new_submission_id: str
     lead_id: str
-
-
-def endpoint_override(submission: Submission) -> str | None:
-    """The delivery endpoint a repost named for this submission (deliveryInfo), or None: the
-    campaign's own endpoint."""
-    for item in reversed(submission.journey_events):
-        if item.type == REPOST_EVENT and item.details and item.details.get("deliveryEndpointId"):
-            return item.details["deliveryEndpointId"]
-    return None
 
 
 # ---- shared steps --------------------------------------------------------------------------------

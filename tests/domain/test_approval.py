@@ -45,3 +45,17 @@ def test_a_decision_starts_a_delivery_only_when_it_clears_a_held_lead_with_nothi
 def test_holds_delivery(approval, status, held):
     assert holds_delivery(Approval(status=approval), status) is held
     assert holds_delivery(None, status) is False
+
+
+@pytest.mark.parametrize(("status", "approval", "held"), [
+    ("qualified", "pending", "pending_action"),
+    ("qualified", "rejected", "rejected"),
+    ("qualified", "approved", None),
+    ("disqualified", "pending", None),
+    ("duplicate", "rejected", None),
+])
+def test_a_lead_that_qualifies_again_is_held_by_an_open_or_refused_approval(status, approval, held):
+    from appliance.domain.approval import held_by_approval
+
+    assert held_by_approval(status, Approval(status=approval)) == held
+    assert held_by_approval(status, None) is None
