@@ -15,11 +15,11 @@ import msgspec
 
 from appliance.clock import iso
 from appliance.domain import caps as caps_rules
-from appliance.domain.approval import held_by_approval
+from appliance.domain.intake_decision import decide_intake
 from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.constraints import campaign_zone
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
-from appliance.domain.lead import LeadRecord, QualificationOutcome, Submission
+from appliance.domain.lead import LeadRecord, Submission
 from appliance.domain.pipeline import (
     Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
 )
@@ -154,61 +154,35 @@ class _Plan:
             if stored is None or stored.updated_at != self.based_on:
                 # Merged into a copy that another change has since replaced: writing it would undo that.
                 raise InvalidState(["leadId: the lead changed while this resubmission was handled; send it again"])
-        events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
-                        {"sourceId": lead.source_id, "resubmission": self.existing})]
-        status, campaign, reason = None, self.intake, self.rejected_at_source
-        if reason is None:
-            for check in self.caps:
-                if lead_store.counter_value(conn, self.tenant_id, check.scope, check.period_start) >= check.cap:
-                    reason = f"{check.label} reached"
-                    break
-        if reason is not None:
-            status = "disqualified"
-            events.append(event(now, "source_check", reason))
-        elif self.dedupe is not None and self.dedupe_since is not None:
+        refused = self.rejected_at_source or next(
+            (f"{check.label} reached" for check in self.caps
+             if lead_store.counter_value(conn, self.tenant_id, check.scope, check.period_start) >= check.cap), None)
+        duplicate_of = None
+        if refused is None and self.dedupe is not None and self.dedupe_since is not None:
             earlier = lead_store.earlier_leads(conn, self.tenant_id, self.intake.campaign_id, lead.email,
                                                lead.phone_e164, self.dedupe_since)
-            original = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
-            if original is not None:
-                status, reason = "duplicate", f"duplicate of {original}"
-                events.append(event(now, "dedupe", reason, details={"originalLeadId": original}))
-        if status is None:
+            duplicate_of = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
+        decision = decide_intake(intake=self.intake, now=now, refused_at_source=refused, duplicate_of=duplicate_of,
+                                 evaluation=self.evaluation, approval=lead.approval)
+        if decision.counts_against_caps:
             for check in self.caps:
                 lead_store.add_to_counter(conn, self.tenant_id, check.scope, check.period_start)
-
-        evaluation = self.evaluation if status is None else None
-        qualification = routing = None
-        approval = lead.approval
-        if evaluation is not None:
-            status, campaign = evaluation.status, evaluation.campaign
-            qualification, routing = evaluation.qualification, evaluation.routing
-            events.extend(evaluation.events)
-            if evaluation.approval is not None:
-                approval = evaluation.approval
-            elif (held := held_by_approval(status, approval)) is not None:
-                status = held
-                events.append(event(now, "held_by_approval", f"the lead's approval is {approval.status}", campaign))
-        elif status is None:
-            status = "pending"  # the source asked for a quick answer: the job loop evaluates
-            events.append(event(now, "evaluation_deferred", "shortCircuitSyncEvaluation is set on the source"))
-        elif status == "disqualified":
-            qualification = QualificationOutcome(passed=False, score=0, method="source_check", reason=reason,
-                                                 qualified_at=now)
+        events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
+                        {"sourceId": lead.source_id, "resubmission": self.existing}), *decision.events]
+        status, campaign, qualification = decision.status, decision.campaign, decision.qualification
+        evaluation = self.evaluation if refused is None and duplicate_of is None else None  # it decided
 
         number = lead.submission_count + 1
-        job_kind = {"qualified": "deliver", "pending": "evaluate"}.get(status)
-        if job_kind == "deliver":
-            events.append(event(now, "delivery_scheduled", None, campaign))
         client, offer = campaign.client, campaign.offer
         lead = msgspec.structs.replace(
             lead, status=status, campaign_id=campaign.campaign_id,
             client_id=client.client_id if client else None, offer_id=offer.offer_id if offer else None,
-            approval=approval, submission_count=number, updated_at=now,
+            approval=decision.approval, submission_count=number, updated_at=now,
         )
         submission = Submission(
             submission_id=self.submission_id, lead_id=lead.lead_id, submission_number=number,
-            campaign=snapshot(campaign), status=status, qualification=qualification, routing=routing,
-            result=reason if reason is not None else (qualification.reason if qualification else None),
+            campaign=snapshot(campaign), status=status, qualification=qualification, routing=decision.routing,
+            result=decision.reason,
             journey_events=events,
             first_submission_actions=[{"action": evaluation.intake_action, "at": now}]
             if evaluation is not None and evaluation.intake_action else [],
@@ -224,8 +198,8 @@ class _Plan:
         else:
             lead_store.insert_lead(conn, self.tenant_id, lead, self.intake.campaign_id)
         lead_store.insert_submission(conn, self.tenant_id, submission)
-        if job_kind is not None:
-            lead_store.insert_job(conn, tenant_id=self.tenant_id, kind=job_kind, lead_id=lead.lead_id,
+        if decision.job is not None:
+            lead_store.insert_job(conn, tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
                                   submission_id=submission.submission_id, due_at=now, now=now)
         if self.source is not None and self.source.cost_milestones:
             due = milestones_due(self.source.cost_milestones, ("lead_ingested", status), self.facts,

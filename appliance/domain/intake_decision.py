@@ -1,0 +1,58 @@
+"""What a submission comes to once its source checks, dedupe and evaluation are known: its
+status, campaign, reason, journey events, and the job it needs. Pure: the write unit of
+services/intake reads the cap counters and the earlier leads, then asks this."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from appliance.domain.approval import held_by_approval
+from appliance.domain.campaign import Campaign
+from appliance.domain.lead import Approval, JourneyEvent, QualificationOutcome, RoutingOutcome
+from appliance.domain.pipeline import Evaluation, event
+
+
+@dataclass(frozen=True)
+class IntakeDecision:
+    status: str
+    campaign: Campaign
+    reason: str | None
+    approval: Approval | None
+    qualification: QualificationOutcome | None = None
+    routing: RoutingOutcome | None = None
+    events: list[JourneyEvent] = field(default_factory=list)
+    job: str | None = None  # "deliver", "evaluate" or none
+    counts_against_caps: bool = False  # the lead takes a slot of its source's caps
+
+
+def decide_intake(*, intake: Campaign, now: str, refused_at_source: str | None, duplicate_of: str | None,
+                  evaluation: Evaluation | None, approval: Approval | None) -> IntakeDecision:
+    """`refused_at_source`: the attestation problem or the cap reached, if any; `duplicate_of`:
+    the earlier lead dedupe found; `evaluation`: routing and qualification (None when the source
+    asked for a quick answer and the job loop evaluates later); `approval`: the lead's, as stored."""
+    events: list[JourneyEvent] = []
+    if refused_at_source is not None:
+        events.append(event(now, "source_check", refused_at_source))
+        return IntakeDecision("disqualified", intake, refused_at_source, approval, events=events, qualification=(
+            QualificationOutcome(passed=False, score=0, method="source_check", reason=refused_at_source,
+                                 qualified_at=now)))
+    if duplicate_of is not None:
+        reason = f"duplicate of {duplicate_of}"
+        events.append(event(now, "dedupe", reason, details={"originalLeadId": duplicate_of}))
+        return IntakeDecision("duplicate", intake, reason, approval, events=events)
+    if evaluation is None:
+        events.append(event(now, "evaluation_deferred", "shortCircuitSyncEvaluation is set on the source"))
+        return IntakeDecision("pending", intake, None, approval, events=events, job="evaluate",
+                              counts_against_caps=True)
+    status, campaign = evaluation.status, evaluation.campaign
+    events.extend(evaluation.events)
+    if evaluation.approval is not None:
+        approval = evaluation.approval
+    elif (held := held_by_approval(status, approval)) is not None:
+        status = held
+        events.append(event(now, "held_by_approval", f"the lead's approval is {approval.status}", campaign))
+    job = "deliver" if status == "qualified" else None
+    if job:
+        events.append(event(now, "delivery_scheduled", None, campaign))
+    return IntakeDecision(status, campaign, evaluation.qualification.reason, approval, evaluation.qualification,
+                          evaluation.routing, events, job, counts_against_caps=True)
