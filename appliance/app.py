@@ -53,8 +53,8 @@ class ApplianceApp(Litestar):
             return
         started = time.perf_counter()
         rid = request_id()
-        logs.bind(requestId=rid)
         state = scope.setdefault("state", {})
+        logs.bind_request(rid, state)
         state["request_id"] = rid
         header = (b"x-request-id", rid.encode())
         status_seen = 500

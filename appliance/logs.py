@@ -30,8 +30,27 @@ def bind(**ids: str | None) -> None:
     _context.set({**(current or {}), **{k: v for k, v in ids.items() if v is not None}})
 
 
+def bind_request(request_id: str, state: dict) -> None:
+    """A request's context: its id, and its tenant read from the request state when a line is
+    written (authentication sets it later; looking it up then costs a request nothing)."""
+    _context.set({"requestId": request_id, _REQUEST_STATE: state})  # type: ignore[dict-item]
+
+
+_REQUEST_STATE = "_state"
+
+
 def bound() -> dict[str, str]:
-    return _context.get() or {}
+    ids = _context.get()
+    if not ids:
+        return {}
+    state = ids.get(_REQUEST_STATE)
+    if state is None:
+        return ids
+    principal = state.get("principal")  # type: ignore[attr-defined]
+    found = {"requestId": ids["requestId"]}
+    if principal is not None:
+        found["tenantId"] = principal.tenant_id
+    return found
 
 
 def _stamp(record: logging.LogRecord) -> str:

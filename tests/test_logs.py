@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 
@@ -143,3 +144,11 @@ def log_two_lines(capsys):
         else:
             assert line.endswith("Z INFO    appliance.test: hello there [requestId=req_1 tenantId=tnt_1]")
             assert "\n" not in line
+    # a request's context: the tenant is read from the request state when a line is written
+    state: dict = {}
+    logs.bind_request("req_2", state)
+    logging.getLogger("appliance.test").info("before authentication")
+    state["principal"] = SimpleNamespace(tenant_id="tnt_2")
+    logging.getLogger("appliance.test").info("after")
+    before, after = capsys.readouterr().err.strip().splitlines()
+    assert before.endswith("[requestId=req_2]") and after.endswith("[requestId=req_2 tenantId=tnt_2]")

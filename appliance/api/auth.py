@@ -8,7 +8,7 @@ from typing import Any
 
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from appliance import apikeys, logs
+from appliance import apikeys
 from appliance.errors import Forbidden, RateLimited, Unauthorized
 from appliance.storage.db import Database
 from appliance.storage.tenants import KeyRecord, find_active_key
@@ -88,8 +88,7 @@ def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> Key
     record = app_state.key_cache.lookup(apikeys.key_hash(key))
     if record is None:
         raise Unauthorized()
-    scope["state"]["principal"] = record
-    logs.bind(tenantId=record.tenant_id)
+    scope["state"]["principal"] = record  # also what the log context reads the tenant from
     if record.kind == "source" and path_template != SUBMIT_PATH:
         raise Forbidden()
     app_state.limiter.check(record.key_id)

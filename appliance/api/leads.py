@@ -40,10 +40,11 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
     """A submit request's body (Content-Type checked) in, the 201 response's body out (errors are
     raised)."""
     lead = decode_json(body, SubmitLead)
-    result = await intake.submit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who, lead,
+    runtime = state.runtime
+    result = await intake.submit(runtime, state.settings.get(who.tenant_id, who.config_rev), who, lead,
                                  state.registry)
     state.worker.wake()
-    state.runtime.metrics.submits[result.status] += 1
+    runtime.metrics.submits[result.status] += 1
     return ok_body(result)
 
 

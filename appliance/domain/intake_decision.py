@@ -4,7 +4,7 @@ services/intake reads the cap counters and the earlier leads, then asks this."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from appliance.domain.approval import held_by_approval
 from appliance.domain.campaign import Campaign
@@ -12,15 +12,14 @@ from appliance.domain.lead import Approval, JourneyEvent, QualificationOutcome, 
 from appliance.domain.pipeline import Evaluation, event
 
 
-@dataclass(frozen=True)
-class IntakeDecision:
+class IntakeDecision(msgspec.Struct, frozen=True):  # a struct: made on every submit, and cheap to make
     status: str
     campaign: Campaign
     reason: str | None
     approval: Approval | None
     qualification: QualificationOutcome | None = None
     routing: RoutingOutcome | None = None
-    events: list[JourneyEvent] = field(default_factory=list)
+    events: list[JourneyEvent] = []
     job: str | None = None  # "deliver", "evaluate" or none
     counts_against_caps: bool = False  # the lead takes a slot of its source's caps
 

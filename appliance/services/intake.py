@@ -99,9 +99,10 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     if source is not None:
         lead = msgspec.structs.replace(lead, source_id=source.source_id)
     facts = facts_of(lead)
-    reported = {problem.split(":", 1)[0] for problem in problems}  # one say per field is enough
-    problems += [p for p in field_library_problems(facts, settings.checked_fields, today)
-                 if p.split(":", 1)[0] not in reported]
+    checked = field_library_problems(facts, settings.checked_fields, today)
+    if checked:
+        reported = {problem.split(":", 1)[0] for problem in problems}  # one say per field is enough
+        problems += [p for p in checked if p.split(":", 1)[0] not in reported]
     if problems:
         raise ValidationFailed(problems)
 
