@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.api_helpers import validation_error
-from tests.test_security import FILE, fill, routes_of, submission_of, submit
+from tests.api_helpers import FILE, fill, routes_of, submission_of, submit
 
 BAD_UTF8 = [b"\xff", b"\xc0\xaf", b"\xe2\x82", b"\xe9", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\x80"]
 # A realistic body per route, the field that the tests below spoil, and the ids the path needs.

@@ -4,8 +4,7 @@ statuses land on the lead and its submission. Time is moved with a fake clock.""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,43 +16,10 @@ from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
+from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, submit, wait_for
 
 # Tuesday 2026-03-10 15:00 UTC = 11:00 in New York.
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
-
-SCRIPTED = '''
-from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
-
-CALLS = []
-
-class Scripted(DeliveryAdapter):
-    name = "scripted"
-
-    async def deliver(self, request, http):
-        CALLS.append((request.submission_id, request.attempt))
-        script = (request.lead.get("customFields") or {}).get("script", "success").split(",")
-        step = script[min(request.attempt - 1, len(script) - 1)]
-        if step == "raise":
-            raise RuntimeError("adapter bug")
-        if step == "mistyped":  # a struct is built without checks: a plugin can get a type wrong
-            return DeliveryResult(outcome="success", status_code="200", response_fields={"n": 1})
-        if step == "not-a-result":
-            return None
-        if step == "clock":  # the attempt's time, as the worker's clock has it
-            return DeliveryResult(outcome="success", status_code=200, message=request.now.isoformat())
-        return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),
-                              client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
-                              message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
-
-@hookimpl
-def appliance_delivery_adapters(settings):
-    return [Scripted()]
-'''
-
-
-def endpoint(endpoint_id: str = "ep", **extra) -> dict:
-    return {"deliveryEndpointId": endpoint_id, "adapter": "scripted", "url": "https://buyer.example.com/in",
-            "retry": {"maxAttempts": 3, "backoffSeconds": [10, 60]}, **extra}
 
 
 @pytest.fixture
@@ -72,41 +38,6 @@ def live(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as client:
         client.app_state = app.state
         yield client
-
-
-_n = iter(range(10_000, 99_999))
-
-
-def lead_body(code: str, script: str = "success", **extra) -> dict:
-    n = next(_n)
-    return {"campaignId": code, "firstName": "Ann", "lastName": f"Lee{n}", "email": f"ann{n}@example.com",
-            "phone": f"+1415555{n % 10_000:04d}", "customFields": {"script": script}, **extra}
-
-
-def submit(client: TestClient, tenant, body: dict) -> dict:
-    response = client.post("/api/v1/leads/submit", json=body, headers=tenant.headers)
-    assert response.status_code == 201, response.text
-    return response.json()["data"]
-
-
-def lead_of(client: TestClient, tenant, lead_id: str) -> dict:
-    return client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]
-
-
-def wait_for(client: TestClient, tenant, lead_id: str, predicate: Callable[[dict], bool], timeout: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        lead = lead_of(client, tenant, lead_id)
-        if predicate(lead):
-            return lead
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out; lead is {lead['status']}: {lead['submissions'][-1]['journeyEvents'][-3:]}")
-        client.app_state.worker.wake()
-        time.sleep(0.02)
-
-
-def status_is(*statuses: str) -> Callable[[dict], bool]:
-    return lambda lead: lead["status"] in statuses
 
 
 def jobs(runtime, submission_id) -> list[tuple]:

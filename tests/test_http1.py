@@ -26,7 +26,7 @@ from appliance.adapters.http_delivery import MAX_RESPONSE_BYTES, HttpDelivery
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from tests.buyer_server import wait_until
-from tests.test_http_delivery import LEAD, _fake_dns, _self_signed, make_endpoint
+from tests.http_helpers import LEAD, fake_dns, make_endpoint, self_signed
 
 Step = bytes | Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -376,8 +376,8 @@ def test_a_stalled_answer_ends_at_the_deadline_and_its_connection_closes(server:
 def test_tls_connections_are_kept_apart_by_server_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two names on one address, one certificate valid for both: sharing a connection would even
     # work, but a connection verified for one name must never carry the other's requests.
-    server_context, client_context = _self_signed(tmp_path, "a.test", "b.test")
-    _fake_dns(monkeypatch, ["127.0.0.1"])
+    server_context, client_context = self_signed(tmp_path, "a.test", "b.test")
+    fake_dns(monkeypatch, ["127.0.0.1"])
     monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
     with KeepAliveServer(tls=server_context) as server:
         a, b = (make_endpoint(f"https://{name}:{server.port}/leads") for name in ("a.test", "b.test"))

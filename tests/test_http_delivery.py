@@ -15,7 +15,7 @@ import time
 import xml.etree.ElementTree as ET
 import zlib
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +35,8 @@ from appliance.domain.delivery_mapping import (
 from appliance.domain.endpoint import DeliveryEndpoint, ResponseRules
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from tests.buyer_server import BuyerServer, free_port
+from tests.http_helpers import LEAD, fake_dns, make_endpoint, self_signed
 
-LEAD: dict[str, Any] = {
-    "leadId": "lead_1",
-    "firstName": "Ann",
-    "lastName": "O'Neil & <Co>",
-    "email": "ann@example.com",
-    "phone": "(555) 123-4567",
-    "phoneE164": "+15551234567",
-    "dateOfBirth": "1980-05-01",
-    "address": {"state": "CA", "zip": "94105"},
-    "questionnaire": [
-        {"key": "debt", "question": "How much debt?", "answer": "25000"},
-        {"key": "homeowner", "question": "Own a home?", "answer": "Yes"},
-        {"key": "rate", "question": "Rate?", "answer": "4.5"},
-    ],
-    "isTest": False,
-}
 
 MAPPING = [
     {"clientKey": "first_name", "leadField": "firstName"},
@@ -81,10 +66,6 @@ def fresh_dns() -> Iterator[None]:
 def buyer() -> Iterator[BuyerServer]:
     with BuyerServer() as server:
         yield server
-
-
-def make_endpoint(url: str, **fields: Any) -> DeliveryEndpoint:
-    return msgspec.convert({"deliveryEndpointId": "ep_1", "url": url, **fields}, DeliveryEndpoint)
 
 
 def deliver(endpoint: DeliveryEndpoint, lead: dict[str, Any] | None = None, *, secrets: dict[str, str] | None = None,
@@ -496,14 +477,10 @@ def test_public_literal_is_allowed_and_pinned() -> None:
     assert netguard.check_destination("http://127.0.0.1/", allow_private=True) is None
 
 
-def _fake_dns(monkeypatch: pytest.MonkeyPatch, answers: list[str]) -> None:
-    monkeypatch.setattr(netguard, "_lookup", lambda host: [ipaddress.ip_address(a) for a in answers])
-
-
 @pytest.mark.parametrize("answers", [["10.1.2.3"], ["8.8.8.8", "127.0.0.1"], ["::1"], ["169.254.169.254"]])
 def test_names_resolving_to_private_addresses_are_refused(buyer: BuyerServer, monkeypatch: pytest.MonkeyPatch,
                                                           answers: list[str]) -> None:
-    _fake_dns(monkeypatch, answers)
+    fake_dns(monkeypatch, answers)
     buyer.route("/leads", status=200)
     result = deliver(make_endpoint(f"http://buyer.test:{buyer.port}/leads"), allow_private=False)
     assert result.outcome == "failure" and "buyer.test resolves to" in (result.reason or "")
@@ -513,7 +490,7 @@ def test_names_resolving_to_private_addresses_are_refused(buyer: BuyerServer, mo
 def test_connection_goes_to_the_checked_address(buyer: BuyerServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # The name "resolves" to the buyer's address and that address is deemed public: the request
     # must reach exactly that address, with the original Host header.
-    _fake_dns(monkeypatch, ["127.0.0.1"])
+    fake_dns(monkeypatch, ["127.0.0.1"])
     monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
     buyer.route("/leads", status=200)
     result = deliver(make_endpoint(f"http://buyer.test:{buyer.port}/leads"), allow_private=False)
@@ -523,38 +500,12 @@ def test_connection_goes_to_the_checked_address(buyer: BuyerServer, monkeypatch:
     assert result.url == f"http://buyer.test:{buyer.port}/leads"
 
 
-def _self_signed(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(server context, client context trusting it) for a certificate valid for `names` only."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
-    now = datetime.now(UTC)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
-            .not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name) for name in names]), critical=False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(key, hashes.SHA256()))
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    server.load_cert_chain(cert_file, key_file)
-    client = ssl.create_default_context(cafile=str(cert_file))
-    return server, client
-
-
 @pytest.mark.parametrize(("cert_name", "outcome"), [("buyer.test", "success"), ("other.test", "error")])
 def test_https_pinned_address_keeps_the_tls_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  cert_name: str, outcome: str) -> None:
     # Connected to the checked address, the certificate is still verified against the URL's name.
-    server_ctx, client_ctx = _self_signed(tmp_path, cert_name)
-    _fake_dns(monkeypatch, ["127.0.0.1"])
+    server_ctx, client_ctx = self_signed(tmp_path, cert_name)
+    fake_dns(monkeypatch, ["127.0.0.1"])
     monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
     with BuyerServer(tls=server_ctx) as tls_buyer:
         tls_buyer.route("/leads", status=200)
@@ -651,7 +602,6 @@ def test_validate() -> None:
     assert adapter.validate(no_url) == ["url: required for the http adapter"]
     assert deliver(no_url).outcome == "failure"
     assert adapter.validate(make_endpoint("http://0177.0.0.1/")) == ["url: must be an http or https URL with a host"]
-
 
 
 def test_buyer_server_leaves_no_threads() -> None:

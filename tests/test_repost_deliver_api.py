@@ -17,7 +17,7 @@ from appliance.services import reposts, tenancy
 from appliance.storage import leads as lead_store
 from appliance.services.tenant_settings import load_settings
 from tests.conftest import make_tenant
-from tests.test_delivery_worker import SCRIPTED, endpoint, lead_body, status_is, wait_for
+from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, wait_for
 from tests.submit_support import (  # noqa: F401
     accepted, api, clock, condition, events_of, jobs, person, plain, read_lead, rule_set, setup_tenant,
     source_key,

@@ -19,13 +19,13 @@ import subprocess
 import sys
 
 import httpx
-from litestar.routes import HTTPRoute
 
 from appliance import apikeys
 from appliance.services import tenancy
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 from appliance.storage import tenants as tenant_store
+from tests.api_helpers import FILE, fill, routes_of, submission_of, submit
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
@@ -50,40 +50,6 @@ def snapshot(runtime, tenant_id: str) -> dict[str, list]:
             continue
         rows[table] = sorted(map(repr, conn.execute(f"SELECT * FROM {table} WHERE tenant_id = ?", (tenant_id,))))
     return rows
-
-
-def routes_of(app) -> list[tuple[str, str]]:
-    """(method, path format) of every documented route that needs a key."""
-    found = []
-    for route in app.routes:
-        if not isinstance(route, HTTPRoute):
-            continue
-        for handler in route.route_handlers:
-            if handler.opt.get("public") or not handler.resolve_include_in_schema():
-                continue
-            found += [(method, route.path_format) for method in handler.http_methods]
-    return sorted(found)
-
-
-def fill(path: str, **ids: str) -> str:
-    for name, value in ids.items():
-        path = path.replace("{" + name + "}", value)
-    return path.replace("{", "").replace("}", "")  # any other parameter: its own name as a value
-
-
-def submit(client, tenant, code: str, n: int) -> str:
-    answer = client.post(SUBMIT, json={"campaignId": code, **person(n)}, headers=tenant.headers)
-    assert answer.status_code == 201, answer.text
-    return answer.json()["data"]["leadId"]
-
-
-def submission_of(client, tenant, lead_id: str) -> str:
-    return client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]["submissions"][0][
-        "submissionId"]
-
-
-FILE = {"fileKey": "license", "fileName": "license.pdf", "fileType": "pdf",
-        "documentUrl": "https://files.example.com/license.pdf"}
 
 
 # ---- another tenant's ids ----------------------------------------------------------------------

@@ -1,0 +1,80 @@
+"""What the delivery worker's tests share (this module holds no tests): a scripted delivery
+adapter for the plugin folder, an endpoint that uses it, leads that tell it what to answer, and
+waiting for a lead's status through the API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from litestar.testing import TestClient
+
+
+SCRIPTED = '''
+from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+CALLS = []
+
+class Scripted(DeliveryAdapter):
+    name = "scripted"
+
+    async def deliver(self, request, http):
+        CALLS.append((request.submission_id, request.attempt))
+        script = (request.lead.get("customFields") or {}).get("script", "success").split(",")
+        step = script[min(request.attempt - 1, len(script) - 1)]
+        if step == "raise":
+            raise RuntimeError("adapter bug")
+        if step == "mistyped":  # a struct is built without checks: a plugin can get a type wrong
+            return DeliveryResult(outcome="success", status_code="200", response_fields={"n": 1})
+        if step == "not-a-result":
+            return None
+        if step == "clock":  # the attempt's time, as the worker's clock has it
+            return DeliveryResult(outcome="success", status_code=200, message=request.now.isoformat())
+        return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),
+                              client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
+                              message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
+
+@hookimpl
+def appliance_delivery_adapters(settings):
+    return [Scripted()]
+'''
+
+
+def endpoint(endpoint_id: str = "ep", **extra) -> dict:
+    return {"deliveryEndpointId": endpoint_id, "adapter": "scripted", "url": "https://buyer.example.com/in",
+            "retry": {"maxAttempts": 3, "backoffSeconds": [10, 60]}, **extra}
+
+
+_n = iter(range(10_000, 99_999))
+
+
+def lead_body(code: str, script: str = "success", **extra) -> dict:
+    n = next(_n)
+    return {"campaignId": code, "firstName": "Ann", "lastName": f"Lee{n}", "email": f"ann{n}@example.com",
+            "phone": f"+1415555{n % 10_000:04d}", "customFields": {"script": script}, **extra}
+
+
+def submit(client: TestClient, tenant, body: dict) -> dict:
+    response = client.post("/api/v1/leads/submit", json=body, headers=tenant.headers)
+    assert response.status_code == 201, response.text
+    return response.json()["data"]
+
+
+def lead_of(client: TestClient, tenant, lead_id: str) -> dict:
+    return client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]
+
+
+def wait_for(client: TestClient, tenant, lead_id: str, predicate: Callable[[dict], bool], timeout: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        lead = lead_of(client, tenant, lead_id)
+        if predicate(lead):
+            return lead
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; lead is {lead['status']}: {lead['submissions'][-1]['journeyEvents'][-3:]}")
+        client.app_state.worker.wake()
+        time.sleep(0.02)
+
+
+def status_is(*statuses: str) -> Callable[[dict], bool]:
+    return lambda lead: lead["status"] in statuses
