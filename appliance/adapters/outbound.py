@@ -213,11 +213,6 @@ def _mask_basic(match: re.Match[str]) -> str:
     return f"{match[1]}{match[2]}{MASK}" if b":" in decoded else match[0]
 
 
-def scrub(text: str | None, secrets: list[str]) -> str | None:
-    """One-off form of `Scrubber(secrets)(text)`."""
-    return Scrubber(secrets)(text)
-
-
 def stack_of(exc: BaseException, limit: int = 10) -> str:
     """Where `exc` was raised, innermost last, as `file:line in function` lines: a traceback
     without source text or values, so it carries no request data."""

@@ -79,10 +79,6 @@ def next_due(conn: apsw.Connection) -> str | None:
     return found[0] if found else None
 
 
-def open_job_count(conn: apsw.Connection) -> int:
-    return conn.execute("SELECT count(*) FROM jobs WHERE state IN ('ready', 'running')").fetchone()[0]
-
-
 def open_jobs_by_kind_and_state(conn: apsw.Connection) -> list[tuple[str, str, int]]:
     return conn.execute("SELECT kind, state, count(*) FROM jobs WHERE state IN ('ready', 'held', 'running')"
                         " GROUP BY kind, state ORDER BY kind, state").fetchall()

@@ -28,13 +28,3 @@ def key_id_in_use(conn: apsw.Connection) -> str | None:
     if found is None:
         return None
     return msgspec.json.decode(found[0], type=dict).get("kmsKeyId")
-
-
-def refs_with_prefix(conn: apsw.Connection, tenant_id: str, prefix: str) -> list[str]:
-    return [
-        ref
-        for (ref,) in conn.execute(
-            "SELECT ref FROM secrets WHERE tenant_id = ? AND ref >= ? AND ref < ?",
-            (tenant_id, prefix, prefix + "\uffff"),
-        )
-    ]
