@@ -18,6 +18,10 @@ This subclass overrides the few methods where those happen. (Only httptools': it
   outlasts a flood of stalled ones. Connections idle between kept-alive requests do not count:
   uvicorn closes them after `timeout_keep_alive` (5 s), and they belong to clients that finished
   a request.
+- a refusal closes lingering: the answer, then FIN, then whatever the client still sends is read
+  and dropped for up to LINGER_SECONDS before the socket closes. Closing a socket that holds
+  unread bytes makes the kernel send a reset, which discards the answer from the buffer of a
+  client still sending (a dribbled head, a pipelined request) before it reads it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from appliance.ids import request_id
 MAX_HEAD_BYTES = 32 * 1024
 TOO_LONG = f"the request line and headers are longer than {MAX_HEAD_BYTES // 1024} KiB"
 MADE_ROOM = "closed to make room: too many connections were sending headers"
+LINGER_SECONDS = 2.0
 
 
 def server_protocol(config: ServerConfig) -> type[ServerProtocol]:
@@ -107,6 +112,7 @@ class ServerProtocol(HttpToolsProtocol):
 
     _in_head = False  # the connection owes a request's headers (it is in `waiting`)
     _head_bytes = 0   # of those headers, counted in data_received
+    _lingering = False  # refused: what arrives now is dropped until the close
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -120,6 +126,8 @@ class ServerProtocol(HttpToolsProtocol):
         # Only a read that starts and ends inside the same unfinished head is counted: those bytes
         # are all head. The read that starts a head is not (it may end the previous request), nor
         # the one that ends it (on_headers_complete measures the whole head).
+        if self._lingering:
+            return
         scope = self.scope if self._in_head else None
         super().data_received(data)
         if scope is not None and self._in_head and self.scope is scope:
@@ -186,4 +194,13 @@ class ServerProtocol(HttpToolsProtocol):
         head.append(b"content-type: %s\r\ncontent-length: %d\r\nconnection: close\r\nx-request-id: %s\r\n\r\n"
                     % (JSON.encode(), len(body), request_id().encode()))
         self.transport.write(b"".join(head) + body)
-        self.transport.close()
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        transport = self.transport
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        self._lingering = True
+        transport.write_eof()  # after the answer is flushed; the client's close then ends it
+        self.loop.call_later(LINGER_SECONDS, transport.close)
