@@ -98,7 +98,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     registry = registry if registry is not None else load_plugins(runtime.config)
-    settings = SettingsCache(runtime.db)
+    settings = SettingsCache(runtime.store)
     worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
 
     @contextlib.asynccontextmanager
@@ -130,7 +130,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     )
     app.state.runtime = runtime
     app.state.limiter = RateLimiter(runtime.config.security.rate_limit_per_minute)
-    app.state.key_cache = KeyCache(runtime.db)
+    app.state.key_cache = KeyCache(runtime.store)
     app.state.settings = settings
     if runtime.config.metrics.enabled:
         app.state.render_metrics = metrics.renderer(runtime)

@@ -29,9 +29,7 @@ from appliance.instance_lock import DataFolderBusy, hold, running_server
 from appliance.plugins import PluginError
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
-from appliance.storage.db import StorageError, inspect_backup, restore_database
-from appliance.storage.migrations import MIGRATIONS
-from appliance.storage.tenants import list_keys, list_tenants
+from appliance.storage import MIGRATIONS, StorageError, inspect_backup, restore_database
 
 
 def _fail(problems: list[str] | str) -> None:
@@ -240,7 +238,7 @@ def tenant_create(runtime: Runtime, name: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @admin_command
 def tenant_list(runtime: Runtime, as_json: bool) -> None:
-    rows = list_tenants(runtime.db.reader())
+    rows = runtime.store.reader().tenants.list_tenants()
     _emit(as_json, [{"tenantId": t, "name": n, "createdAt": c} for t, n, c in rows],
           "\n".join(f"{t}\t{n}\t{c}" for t, n, c in rows))
 
@@ -268,7 +266,7 @@ def key_create(runtime: Runtime, tenant_id: str, name: str, source_id: str | Non
 @click.option("--json", "as_json", is_flag=True)
 @admin_command
 def key_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
-    rows = list_keys(runtime.db.reader(), tenant_id)
+    rows = runtime.store.reader().tenants.list_keys(tenant_id)
     data = [{"keyId": r.key_id, "name": r.name, "kind": r.kind, "sourceId": r.source_id, "prefix": r.prefix,
              "createdAt": r.created_at, "revokedAt": r.revoked_at, "lastUsedAt": r.last_used_at} for r in rows]
     _emit(as_json, data, "\n".join(
@@ -328,7 +326,7 @@ def backup(runtime: Runtime, dest: str, as_json: bool) -> None:
         _fail(f"{target} exists; choose a new file")
     if not target.parent.is_dir():
         _fail(f"{target.parent} is not a folder; create it first")
-    runtime.db.backup_to(target)
+    runtime.store.backup_to(target)
     key = runtime.config.master_key_path
     _emit(as_json, {"file": str(target), "bytes": target.stat().st_size, "masterKey": str(key)},
           f"backup written to {target}\nsecrets in it open only with the master key {key}: keep a copy apart")
@@ -415,7 +413,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def database() -> str:
         runtime = open_runtime(config)  # refuses a missing database and a master key that does not fit
         try:
-            verdict, applied = runtime.db.health()
+            verdict, applied = runtime.store.health()
             if verdict != "ok":
                 raise StorageError(f"integrity_check: {verdict}")
             return (f"{config.database_file}: integrity ok, {applied}/{len(MIGRATIONS)} migrations, "

@@ -1,4 +1,4 @@
-"""What a running appliance holds: config, database, secret box, clock and in-memory buffers.
+"""What a running appliance holds: config, store, secret box, clock and in-memory buffers.
 The CLI builds one per command; the server builds one per process."""
 
 from __future__ import annotations
@@ -12,22 +12,20 @@ from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_mas
 from appliance.domain.endpoint import split_credentials
 from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
-from appliance.storage import catalog, secrets, tenants
-from appliance.storage.activity import ActivityRow
-from appliance.storage.db import Database, StorageError
+from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store
 
 
 @dataclass
 class Runtime:
     config: Config
-    db: Database
+    store: Store
     box: SecretBox
     clock: Clock = field(default_factory=Clock)
     activity: list[ActivityRow] = field(default_factory=list)
     metrics: Metrics = field(default_factory=Metrics)
 
     def close(self) -> None:
-        self.db.close()
+        self.store.close()
 
 
 def initialize(config: Config) -> tuple[bool, bool]:
@@ -36,7 +34,7 @@ def initialize(config: Config) -> tuple[bool, bool]:
     private_folder(config.data_dir)
     created_key = ensure_master_key(config.master_key_path)
     created_db = not config.database_file.exists()
-    Database(config.database_file, synchronous=config.storage.synchronous).open().close()
+    Store.open(config.database_file, synchronous=config.storage.synchronous).close()
     return created_key, created_db
 
 
@@ -51,13 +49,13 @@ def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
         raise SecretError(f"no master key at {config.master_key_path}: restore it from your copy, or point "
                           "[security] master_key_file at it (`appliance init` makes one for a new install)")
     box = SecretBox(load_master_key(config.master_key_path))
-    db = Database(config.database_file, synchronous=config.storage.synchronous).open()
+    store = Store.open(config.database_file, synchronous=config.storage.synchronous)
     try:
-        check_master_key(db, box, config.master_key_path)
+        check_master_key(store, box, config.master_key_path)
     except SecretError:
-        db.close()
+        store.close()
         raise
-    runtime = Runtime(config=config, db=db, box=box, clock=clock or Clock())
+    runtime = Runtime(config=config, store=store, box=box, clock=clock or Clock())
     _seal_endpoint_credentials_left_in_clear(runtime)
     return runtime
 
@@ -68,8 +66,8 @@ def create_runtime(config: Config, clock: Clock | None = None) -> Runtime:
     return open_runtime(config, clock)
 
 
-def check_master_key(db: Database, box: SecretBox, path: object) -> None:
-    expected = secrets.key_id_in_use(db.reader())
+def check_master_key(store: Store, box: SecretBox, path: object) -> None:
+    expected = store.reader().secrets.key_id_in_use()
     if expected is not None and expected != box.key_id:
         raise SecretError(f"the master key {path} is {box.key_id}, but the stored secrets were sealed with "
                           f"{expected}: point [security] master_key_file at that key")
@@ -78,10 +76,10 @@ def check_master_key(db: Database, box: SecretBox, path: object) -> None:
 def _seal_endpoint_credentials_left_in_clear(runtime: Runtime) -> None:
     """Earlier versions sealed only an endpoint's auth secrets: credentials in its headers and URL
     were stored in clear. The first open after the upgrade seals them as an import would now."""
-    conn = runtime.db.reader()
+    tx = runtime.store.reader()
     found = []
-    for tenant_id, _name, _created in tenants.list_tenants(conn):
-        for endpoint in catalog.load_docs(conn, catalog.DELIVERY_ENDPOINTS, tenant_id):
+    for tenant_id, _name, _created in tx.tenants.list_tenants():
+        for endpoint in tx.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id):
             stored, credentials = split_credentials(endpoint)
             if credentials:
                 found.append((tenant_id, stored, credentials))
@@ -89,11 +87,11 @@ def _seal_endpoint_credentials_left_in_clear(runtime: Runtime) -> None:
         return
     now = iso(runtime.clock.now())
 
-    def unit(conn):
+    def unit(tx):
         for tenant_id, stored, credentials in found:
             for name, value in credentials.items():
                 ref = endpoint_secret_ref(stored.delivery_endpoint_id, name)
-                secrets.put_sealed(conn, tenant_id, ref, runtime.box.seal_bytes(value, f"{tenant_id}/{ref}"), now)
-            catalog.upsert_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, stored.delivery_endpoint_id, stored, None)
+                tx.secrets.put(tenant_id, ref, runtime.box.seal_bytes(value, f"{tenant_id}/{ref}"), now)
+            tx.catalog.upsert_doc(DELIVERY_ENDPOINTS, tenant_id, stored.delivery_endpoint_id, stored, None)
 
-    runtime.db.write_sync(unit)
+    runtime.store.write_sync(unit)

@@ -108,10 +108,10 @@ def main(argv: list[str] | None = None) -> int:
                 threads0, cpu0, wall0 = thread_cpu_seconds(), time.process_time(), time.perf_counter()
                 if profile:
                     # A write unit runs on the writer thread: that is how its profiler is switched.
-                    await runtime.db.write(lambda conn: profile.enable()) if args.writer else profile.enable()
+                    await runtime.store.write(lambda tx: profile.enable()) if args.writer else profile.enable()
                 statuses = await _drive(app, key, args.requests, args.concurrency, serial)
                 if profile:
-                    await runtime.db.write(lambda conn: profile.disable()) if args.writer else profile.disable()
+                    await runtime.store.write(lambda tx: profile.disable()) if args.writer else profile.disable()
                 cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
                 if profile is None:
                     print(f"{args.requests} submits, {args.concurrency} at a time: statuses {statuses}")

@@ -28,6 +28,7 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 from appliance.storage.db import _configure
+from appliance.storage.store import Session
 from bench.submit import bundle
 from bench.submit_profile import _drive
 
@@ -47,15 +48,15 @@ def record(work: Path, leads: int) -> tuple[Path, list]:
         tenancy.import_bundle(runtime, tenant, json.dumps(bundle()).encode(), "json")
         key = tenancy.create_key(runtime, tenant, name="bench").key
         app = create_app(runtime, background=False)
-        write, serial = runtime.db.write, itertools.count(1)
+        write, serial = runtime.store.sqlite.write, itertools.count(1)
 
-        async def recording(fn, **options):
-            units.append(fn)
+        async def recording(unit, **options):
+            units.append(unit)
 
             def rolled_back(conn: apsw.Connection):
                 conn.execute("SAVEPOINT recorded")
                 try:
-                    return fn(conn)
+                    return unit(Session(conn))
                 finally:
                     conn.execute("ROLLBACK TO recorded")
                     conn.execute("RELEASE recorded")
@@ -64,8 +65,8 @@ def record(work: Path, leads: int) -> tuple[Path, list]:
 
         async def run() -> None:
             await _drive(app, key, 500, GROUP, serial)  # some leads already stored, caches warm
-            runtime.db.backup_to(snapshot)
-            runtime.db.write = recording
+            runtime.store.backup_to(snapshot)
+            runtime.store.write = recording
             await _drive(app, key, leads, GROUP, serial)
 
         asyncio.run(run())
@@ -84,13 +85,14 @@ def replay(snapshot: Path, units: list, setup: list[str], savepoints: bool, work
         _configure(conn, "FULL")
         for sql in setup:
             conn.execute(sql)
+        tx = Session(conn)
         started = time.thread_time()
         for start in range(0, len(units), GROUP):
             conn.execute("BEGIN IMMEDIATE")
             for fn in units[start:start + GROUP]:
                 if savepoints:
                     conn.execute("SAVEPOINT unit")
-                fn(conn)
+                fn(tx)
                 if savepoints:
                     conn.execute("RELEASE unit")
             conn.execute("COMMIT")

@@ -53,8 +53,8 @@ from appliance.domain.normalize import to_e164
 from appliance.domain.pipeline import snapshot
 from appliance.ids import floor_id
 from appliance.runtime import Runtime, create_runtime
-from appliance.storage import catalog
-from appliance.storage import leads as lead_store
+from appliance.storage import LeadFilter
+from appliance.storage.leads import Leads
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGETS_MS = {"page": 20.0, "exact": 10.0, "name": 100.0}
@@ -268,7 +268,7 @@ def generate(runtime: Runtime, tenant_id: str, n: int, batch: int, seed: int = 1
     Batches are built on this thread while the writer thread commits the previous one."""
     rng = random.Random(seed)
     people = People(rng)
-    campaigns = catalog.all_campaigns(runtime.db.reader(), tenant_id)
+    campaigns = runtime.store.reader().catalog.all_campaigns(tenant_id)
     statuses = _weighted(STATUSES, rng, 100_003)
     # Skewed volumes: the first campaigns take most leads, the last few very few.
     campaign_weights = [(c, 1 / (k + 1) ** 1.6) for k, c in enumerate(campaigns)]
@@ -283,12 +283,12 @@ def generate(runtime: Runtime, tenant_id: str, n: int, batch: int, seed: int = 1
 
     def writer() -> None:
         while (rows := pending.get()) is not None:
-            def unit(conn, rows=rows):
+            def unit(tx, rows=rows):
                 for lead, submission, intake in rows:
-                    lead_store.insert_lead(conn, tenant_id, lead, intake)
-                    lead_store.insert_submission(conn, tenant_id, submission)
+                    tx.leads.insert_lead(tenant_id, lead, intake)
+                    tx.leads.insert_submission(tenant_id, submission)
             try:
-                runtime.db.write_sync(unit)
+                runtime.store.write_sync(unit)
             except BaseException as exc:  # reported by the generating thread
                 failure.append(exc)
 
@@ -327,13 +327,13 @@ def generate(runtime: Runtime, tenant_id: str, n: int, batch: int, seed: int = 1
         raise failure[0]
     seconds = time.perf_counter() - started
     probes["meanLeadDocBytes"] = doc_bytes // n
-    counts = dict(runtime.db.reader().execute(
+    counts = dict(runtime.store.sqlite.reader().execute(
         "SELECT campaign_id, count(*) FROM leads WHERE tenant_id = ? GROUP BY campaign_id ORDER BY 2 DESC",
         (tenant_id,)).fetchall())
     probes["bigCampaign"], probes["rareCampaign"] = next(iter(counts)), list(counts)[-1]
     probes["campaignCounts"] = {probes["bigCampaign"]: counts[probes["bigCampaign"]],
                                 probes["rareCampaign"]: counts[probes["rareCampaign"]]}
-    clients = runtime.db.reader().execute(
+    clients = runtime.store.sqlite.reader().execute(
         "SELECT client_id, count(*) FROM leads WHERE tenant_id = ? GROUP BY client_id ORDER BY 2", (tenant_id,)).fetchall()
     probes["rareClient"], probes["bigClient"] = clients[0][0], clients[-1][0]
     probes["clientCounts"] = dict([clients[0], clients[-1]])
@@ -342,7 +342,7 @@ def generate(runtime: Runtime, tenant_id: str, n: int, batch: int, seed: int = 1
 
 def checkpoint(runtime: Runtime) -> None:
     """Planner statistics as the running service keeps them, then the WAL folded into the file."""
-    runtime.db.write_sync(lambda conn: conn.execute("PRAGMA optimize"))
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute("PRAGMA optimize"))
     conn = apsw.Connection(str(runtime.config.database_file))
     try:
         conn.setbusytimeout(10_000)
@@ -425,10 +425,10 @@ def measure(runtime: Runtime, tenant_id: str, key: str, probes: dict[str, Any], 
                                    "bytes": len(response.content)}
             if fields is not None:
                 limit = 101 if "limit=100" in query else 26
-                where = lead_store.LeadFilter(**({"before_id": cursor} | fields))
-                row["storage"] = best_of(lambda: lead_store.lead_page(reader, tenant_id, where, limit), runs)
+                where = LeadFilter(**({"before_id": cursor} | fields))
+                row["storage"] = best_of(lambda: Leads(reader).lead_page(tenant_id, where, limit), runs)
                 spy = _PlanSpy(reader)
-                lead_store.lead_page(spy, tenant_id, where, limit)
+                Leads(spy).lead_page(tenant_id, where, limit)
                 row["plan"] = spy.plans
             row["http"] = best_of(lambda: client.get(f"/api/v1/leads?{query}", headers=headers), runs)
             target = TARGETS_MS[kind]
@@ -465,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     runtime, tenant_id, key = setup(work)
     try:
-        have = runtime.db.reader().execute("SELECT count(*) FROM leads WHERE tenant_id = ?", (tenant_id,)).fetchone()[0]
+        have = runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads WHERE tenant_id = ?", (tenant_id,)).fetchone()[0]
         probes_file = work / "generation.json"
         if args.reuse and have == args.leads and probes_file.exists():
             generation = json.loads(probes_file.read_text())

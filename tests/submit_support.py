@@ -21,7 +21,6 @@ from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import Runtime, create_runtime
-from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import Tenant, make_tenant
 
@@ -104,11 +103,11 @@ def accepted(api: TestClient, who: Tenant | str, body: Any) -> dict[str, Any]:
 
 
 def lead_count(runtime: Runtime) -> int:
-    return runtime.db.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
+    return runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
 
 
 def table_count(runtime: Runtime, table: str) -> int:
-    return runtime.db.reader().execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
+    return runtime.store.sqlite.reader().execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
 
 
 def _has_get_lead_route(api: TestClient) -> bool:
@@ -126,11 +125,11 @@ def read_lead(api: TestClient, runtime: Runtime, tenant: Tenant, lead_id: str) -
         response = api.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers)
         assert response.status_code == 200, response.text
         return response.json()["data"]
-    conn = runtime.db.reader()
-    lead = lead_store.get_lead(conn, tenant.tenant_id, lead_id)
+    tx = runtime.store.reader()
+    lead = tx.leads.get_lead(tenant.tenant_id, lead_id)
     assert lead is not None, f"lead {lead_id} is not stored"
     record = msgspec.to_builtins(lead)
-    record["submissions"] = [msgspec.to_builtins(s) for s in lead_store.submissions_of(conn, tenant.tenant_id, lead_id)]
+    record["submissions"] = [msgspec.to_builtins(s) for s in tx.leads.submissions_of(tenant.tenant_id, lead_id)]
     return record
 
 
@@ -140,11 +139,11 @@ def last_submission(api: TestClient, runtime: Runtime, tenant: Tenant, lead_id: 
 
 def jobs(runtime: Runtime, submission_id: str) -> list[tuple[str, str]]:
     """(kind, state) of every job of the submission, oldest first."""
-    return [(kind, state) for kind, state, _due in lead_store.jobs_of(runtime.db.reader(), submission_id)]
+    return [(kind, state) for kind, state, _due in runtime.store.reader().jobs.jobs_of(submission_id)]
 
 
 def ledger(runtime: Runtime, tenant: Tenant, lead_id: str) -> list[tuple]:
-    return lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, lead_id)
+    return runtime.store.reader().ledger.entries_of(tenant.tenant_id, lead_id)
 
 
 def event_types(submission: dict[str, Any]) -> list[str]:

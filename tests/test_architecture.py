@@ -1,6 +1,7 @@
 """The layering docs/architecture.md describes, read from the code's imports: no import cycles
 between the appliance's modules; `domain/` imports nothing above it (only itself, the model base
-and the clock); nothing outside `storage/` imports the database engine."""
+and the clock); nothing outside `storage/` imports the database engine, writes SQL or uses
+storage other than through the package's exports (the store, its sessions and their records)."""
 
 from __future__ import annotations
 
@@ -68,10 +69,33 @@ def test_no_sql_outside_storage():
     assert found == []
 
 
+def outside_storage() -> list[tuple[str, ast.Module]]:
+    return [(module_name(path), ast.parse(path.read_text())) for path in PACKAGE.rglob("*.py")
+            if not module_name(path).startswith("appliance.storage")]
+
+
 def test_only_storage_knows_the_database_engine():
-    users = sorted(module_name(path) for path in PACKAGE.rglob("*.py")
-                   if "apsw" in {m.split(".")[0] for m in imports_of(path)}
-                   and not module_name(path).startswith("appliance.storage"))
-    # Still to move behind a store object (they pass connections to storage functions in write units):
-    assert users == ["appliance.jobs.delivery", "appliance.services.approvals", "appliance.services.files",
-                     "appliance.services.intake", "appliance.services.lead_updates", "appliance.services.reposts"]
+    """Not even a function-level import: services get sessions from the store, never a connection."""
+    users = sorted(name for name, tree in outside_storage() for node in ast.walk(tree)
+                   if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "apsw" for a in node.names)
+                   or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "apsw")
+    assert users == []
+
+
+def test_the_rest_uses_storage_only_through_its_seam():
+    """`from appliance.storage import ...` of what the package exports, never a storage module,
+    and never the engine under the store (`store.sqlite`)."""
+    import appliance.storage as seam
+
+    wrong = []
+    for name, tree in outside_storage():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("appliance.storage"):
+                if node.module != "appliance.storage":
+                    wrong.append(f"{name} imports {node.module}")
+                wrong += [f"{name} imports {a.name}" for a in node.names if a.name not in seam.__all__]
+            elif isinstance(node, ast.Import):
+                wrong += [f"{name} imports {a.name}" for a in node.names if a.name.startswith("appliance.storage.")]
+            elif isinstance(node, ast.Attribute) and node.attr == "sqlite":
+                wrong.append(f"{name} reaches store.sqlite (line {node.lineno})")
+    assert wrong == []

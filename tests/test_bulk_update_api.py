@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.storage import leads as lead_store
 from tests.api_helpers import data, validation_error
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
@@ -80,9 +79,9 @@ def test_questionnaire_new_key_takes_its_field_library_label(client, tenant):
 
 
 def test_status_change_moves_latest_submission_and_cancels_jobs(client, tenant, runtime, three):
-    reader = runtime.db.reader()
+    reader = runtime.store.reader()
     target = three[0]
-    assert [s for _, s, _ in lead_store.jobs_of(reader, target["submissionId"])] == ["ready"]
+    assert [s for _, s, _ in reader.jobs.jobs_of(target["submissionId"])] == ["ready"]
     data(bulk(client, tenant, [target["leadId"]], {"status": "rejected"}))
     got = lead(client, tenant, target["leadId"])
     assert got["status"] == "rejected"
@@ -91,7 +90,7 @@ def test_status_change_moves_latest_submission_and_cancels_jobs(client, tenant, 
     last = submission["journeyEvents"][-1]
     assert last["type"] == "status_changed" and last["reason"] == "bulk update"
     assert last["details"] == {"previous": "qualified", "status": "rejected", "keyId": tenant.key_id}
-    assert [s for _, s, _ in lead_store.jobs_of(reader, target["submissionId"])] == ["cancelled"]
+    assert [s for _, s, _ in reader.jobs.jobs_of(target["submissionId"])] == ["cancelled"]
     # rejected is repostable, and the status filter sees it
     listed = client.get("/api/v1/leads?status=rejected", headers=tenant.headers).json()["data"]["leads"]
     assert [x["leadId"] for x in listed] == [target["leadId"]]
@@ -99,7 +98,7 @@ def test_status_change_moves_latest_submission_and_cancels_jobs(client, tenant, 
 
 def test_status_change_to_a_working_status_keeps_jobs(client, tenant, runtime, three):
     data(bulk(client, tenant, [three[1]["leadId"]], {"status": "queued"}))
-    assert [s for _, s, _ in lead_store.jobs_of(runtime.db.reader(), three[1]["submissionId"])] == ["ready"]
+    assert [s for _, s, _ in runtime.store.reader().jobs.jobs_of(three[1]["submissionId"])] == ["ready"]
     assert lead(client, tenant, three[1]["leadId"])["status"] == "queued"
 
 

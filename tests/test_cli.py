@@ -140,15 +140,13 @@ def test_secrets_are_sealed_at_rest(cli, tmp_path, config):
 
 
 def test_imported_secrets_open_with_the_master_key(cli, tmp_path, config):
-    from appliance.storage.secrets import get_sealed
-
     tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
     bundle = tmp_path / "b.json"
     bundle.write_text(json.dumps(standard_bundle()))
     cli("import", "--tenant", tenant_id, str(bundle))
     runtime = open_runtime(config)
     try:
-        blob = get_sealed(runtime.db.reader(), tenant_id, "endpoint:A-ep:auth.token")
+        blob = runtime.store.reader().secrets.get(tenant_id, "endpoint:A-ep:auth.token")
         assert runtime.box.open_bytes(blob, f"{tenant_id}/endpoint:A-ep:auth.token") == "endpoint-secret-token-123"
     finally:
         runtime.close()

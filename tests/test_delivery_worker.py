@@ -12,7 +12,6 @@ from litestar.testing import TestClient
 
 from appliance.app import create_app
 from appliance.runtime import Runtime
-from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
@@ -41,7 +40,7 @@ def live(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
 
 
 def jobs(runtime, submission_id) -> list[tuple]:
-    return lead_store.jobs_of(runtime.db.reader(), submission_id)
+    return runtime.store.reader().jobs.jobs_of(submission_id)
 
 
 def test_qualified_lead_is_delivered_with_outcome_and_revenue(live, runtime):
@@ -57,7 +56,7 @@ def test_qualified_lead_is_delivered_with_outcome_and_revenue(live, runtime):
     assert submission["responseFields"] == {"echo": "ep"}
     assert submission["journeyEvents"][-1]["type"] == "delivered"
     assert jobs(runtime, data["submissionId"]) == [("deliver", "done", jobs(runtime, data["submissionId"])[0][2])]
-    assert lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, data["leadId"]) == [
+    assert runtime.store.reader().ledger.entries_of(tenant.tenant_id, data["leadId"]) == [
         ("revenue", "delivered", 40.0, "USD", "DL1", None)]
 
 
@@ -78,7 +77,7 @@ def test_buyer_refusal_fails_without_retry(live, runtime):
         lead = wait_for(live, tenant, data["leadId"], status_is("failed"))
         assert lead["submissions"][0]["delivery"]["success"] is False
         assert [state for _, state, _ in jobs(runtime, data["submissionId"])] == ["done"]
-        assert lead_store.ledger_of(runtime.db.reader(), tenant.tenant_id, data["leadId"]) == []
+        assert runtime.store.reader().ledger.entries_of(tenant.tenant_id, data["leadId"]) == []
 
 
 def test_errors_retry_on_the_backoff_then_deliver(live, runtime, clock):
@@ -228,7 +227,7 @@ def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock):
     with TestClient(create_app(runtime, background=False)) as offline:
         waiting = submit(offline, tenant, lead_body("DL1"))
         interrupted = submit(offline, tenant, lead_body("DL1"))
-    runtime.db.write_sync(lambda conn: conn.execute(
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute(
         "UPDATE jobs SET state = 'running' WHERE submission_id = ?", (interrupted["submissionId"],)))
     app = create_app(runtime)
     app.state.worker.poll_seconds = 0.05

@@ -152,14 +152,13 @@ def test_urls_that_can_never_be_sent_are_refused_at_import(setup, url, reason):
 def test_credentials_an_earlier_version_stored_in_clear_are_sealed_at_the_next_open(setup, buyer):
     cli, tenant_id, tmp_path = setup
     from appliance.domain.endpoint import DeliveryEndpoint
-    from appliance.storage import catalog
+    from appliance.storage import DELIVERY_ENDPOINTS
 
     runtime = create_runtime(load_config(cli.config))
     try:  # as an earlier version stored it: the header value in the document itself
         old = DeliveryEndpoint(delivery_endpoint_id="ep", url=buyer.url("/in"),
                                headers={"X-Buyer-Token": "tok-old-6Yu8"})
-        runtime.db.write_sync(lambda conn: catalog.upsert_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, "ep",
-                                                              old, None))
+        runtime.store.write_sync(lambda tx: tx.catalog.upsert_doc(DELIVERY_ENDPOINTS, tenant_id, "ep", old, None))
     finally:
         runtime.close()
     (shown,) = json.loads(cli("export", "--tenant", tenant_id).stdout)["deliveryEndpoints"]

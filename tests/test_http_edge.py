@@ -67,8 +67,8 @@ def test_source_key_created_by_the_cli_shows_at_once(client, cli, tenant):
 def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, runtime, tenant):
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
     # As a command that could not open the signal file would leave it: committed, not announced.
-    runtime.db.write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
-                                                    " WHERE key_id = ?", (tenant.key_id,)))
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
+                                                              " WHERE key_id = ?", (tenant.key_id,)))
     time.sleep(1.1)
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
 
@@ -86,7 +86,7 @@ def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
     logging.getLogger("appliance.storage").addHandler(handler)
     runtime = create_runtime(config)
     try:
-        assert runtime.db.changes is None
+        assert runtime.store.changes is None
         tenant_id = tenancy.create_tenant(runtime, "No signal")
         made = tenancy.create_key(runtime, tenant_id)
         with TestClient(create_app(runtime, background=False)) as plain:
@@ -169,7 +169,7 @@ def test_activity_log_and_last_used_are_written_off_the_request_path(client, run
     client.get("/api/v1/campaigns", headers={"X-API-Key": "z" * 40})
     # The ticker flushes every second; leaving the client's context flushes the rest.
     client.__exit__(None, None, None)
-    conn = runtime.db.reader()
+    conn = runtime.store.sqlite.reader()
     rows = conn.execute("SELECT key_id, method, route, status, duration_ms FROM activity_log ORDER BY id").fetchall()
     assert (tenant.key_id, "GET", "/api/v1/campaigns", 200) in [r[:4] for r in rows]
     assert (None, "GET", "(unmatched)", 404) in [r[:4] for r in rows]
@@ -219,12 +219,12 @@ def test_malformed_or_mistyped_bodies(client, tenant, body, content_type, status
 
 
 def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenant, monkeypatch, caplog):
-    from appliance.api import campaigns
+    from appliance.storage.catalog import Catalog
 
     def broken(*args, **kwargs):
         raise RuntimeError("token=super-secret-value at /internal/path")
 
-    monkeypatch.setattr(campaigns, "list_campaigns", broken)
+    monkeypatch.setattr(Catalog, "list_campaigns", broken)
     # another page than any cached one, so the broken storage call is reached
     response = client.get("/api/v1/campaigns?page=7", headers=tenant.headers)
     assert response.status_code == 500
@@ -270,14 +270,13 @@ def test_activity_log_keeps_the_configured_days(runtime, tenant):
     from datetime import datetime, timezone
 
     from appliance.jobs.ticker import purge_old_activity
-    from appliance.storage.activity import append_activity
 
     rows = [("2020-01-01T00:00:00.000Z", tenant.tenant_id, tenant.key_id, "GET", "/x", 200, 1.0, "req_old"),
             (datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z"), tenant.tenant_id, tenant.key_id,
              "GET", "/x", 200, 1.0, "req_new")]
-    runtime.db.write_sync(lambda conn: append_activity(conn, rows))
+    runtime.store.write_sync(lambda tx: tx.activity.append(rows))
     assert asyncio.run(purge_old_activity(runtime)) == 1
-    kept = runtime.db.reader().execute("SELECT request_id FROM activity_log").fetchall()
+    kept = runtime.store.sqlite.reader().execute("SELECT request_id FROM activity_log").fetchall()
     assert kept == [("req_new",)]
 
 

@@ -166,12 +166,13 @@ class _Plans:
 )
 def test_list_query_plans_need_no_statistics(runtime, tenant, where, expected):
     """A new database has no ANALYZE statistics: the hot list queries must still use their index."""
-    from appliance.storage import leads as lead_store
+    from appliance.storage import LeadFilter
+    from appliance.storage.leads import Leads
 
-    conn = runtime.db.reader()
+    conn = runtime.store.sqlite.reader()
     assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'leads'").fetchone()[0] == 0
     spy = _Plans(conn)
-    lead_store.lead_page(spy, tenant.tenant_id, lead_store.LeadFilter(**where), 26)
+    Leads(spy).lead_page(tenant.tenant_id, LeadFilter(**where), 26)
     assert expected in spy.plans[0] and "SCAN l" not in spy.plans[0], spy.plans
 
 

@@ -14,7 +14,6 @@ from appliance.domain.delivery_target import endpoint_override
 from appliance.domain.submission import SubmitLead
 from appliance.errors import InvalidState
 from appliance.services import reposts, tenancy
-from appliance.storage import leads as lead_store
 from appliance.services.tenant_settings import load_settings
 from tests.conftest import make_tenant
 from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, wait_for
@@ -75,13 +74,15 @@ def deliver(api, tenant, lead_id, body, expect=201):
 def set_status(runtime, tenant, lead_id, status):
     """What the delivery worker would leave behind: the lead and its last submission in `status`,
     the submission's delivery job done."""
-    def unit(conn):
-        lead = lead_store.get_lead(conn, tenant.tenant_id, lead_id)
-        lead_store.update_lead(conn, tenant.tenant_id, msgspec.structs.replace(lead, status=status))
-        last = lead_store.latest_submission(conn, tenant.tenant_id, lead_id)
-        lead_store.update_submission(conn, tenant.tenant_id, msgspec.structs.replace(last, status=status))
-        conn.execute("UPDATE jobs SET state = 'done' WHERE submission_id = ?", (last.submission_id,))
-    runtime.db.write_sync(unit)
+    def unit(tx):
+        lead = tx.leads.get_lead(tenant.tenant_id, lead_id)
+        tx.leads.update_lead(tenant.tenant_id, msgspec.structs.replace(lead, status=status))
+        last = tx.leads.latest_submission(tenant.tenant_id, lead_id)
+        tx.leads.update_submission(tenant.tenant_id, msgspec.structs.replace(last, status=status))
+        return last.submission_id
+    submission_id = runtime.store.write_sync(unit)
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'done' WHERE submission_id = ?",
+                                                              (submission_id,)))
 
 
 def lead_in(api, runtime, tenant, status, code="SC1", **fields):
@@ -138,7 +139,7 @@ def test_simple_retry_creates_a_qualified_repost_submission_and_a_job(api, runti
     assert "deliveryEndpointId" not in event["details"]
     assert jobs(runtime, new_id) == [("deliver", "ready")]
     assert jobs(runtime, first["submissionId"]) == [("deliver", "done")]
-    submission = lead_store.get_submission(runtime.db.reader(), tenant.tenant_id, new_id)
+    submission = runtime.store.reader().leads.get_submission(tenant.tenant_id, new_id)
     assert endpoint_override(submission) is None
 
 
@@ -154,15 +155,15 @@ def test_simple_retry_records_the_delivery_endpoint_override(api, runtime, tenan
     envelope = repost(api, tenant, data["leadId"], {"deliveryInfo": {"deliveryEndpointId": "ep-alt"}})
     new = read_lead(api, runtime, tenant, data["leadId"])["submissions"][-1]
     assert events_of(new, "repost")[0]["details"]["deliveryEndpointId"] == "ep-alt"
-    submission = lead_store.get_submission(runtime.db.reader(), tenant.tenant_id, envelope["data"]["newSubmissionId"])
+    submission = runtime.store.reader().leads.get_submission(tenant.tenant_id, envelope["data"]["newSubmissionId"])
     assert endpoint_override(submission) == "ep-alt"
     assert jobs(runtime, new["submissionId"]) == [("deliver", "ready")]
 
 
 def test_simple_retry_cancels_open_jobs_of_the_last_submission(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "error")
-    runtime.db.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'held' WHERE submission_id = ?",
-                                                    (data["submissionId"],)))
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'held' WHERE submission_id = ?",
+                                                              (data["submissionId"],)))
     envelope = repost(api, tenant, data["leadId"], {})
     assert jobs(runtime, data["submissionId"]) == [("deliver", "cancelled")]
     assert jobs(runtime, envelope["data"]["newSubmissionId"]) == [("deliver", "ready")]
@@ -170,8 +171,8 @@ def test_simple_retry_cancels_open_jobs_of_the_last_submission(api, runtime, ten
 
 def test_a_running_delivery_refuses_a_repost(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "error")
-    runtime.db.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'running' WHERE submission_id = ?",
-                                                    (data["submissionId"],)))
+    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'running' WHERE submission_id = ?",
+                                                              (data["submissionId"],)))
     details = error_details(repost(api, tenant, data["leadId"], {}, expect=409), "INVALID_STATE")
     assert any("running" in d for d in details)
     assert state(api, runtime, tenant, data["leadId"]) == ("error", 1, 1)
@@ -527,7 +528,7 @@ def test_openapi_describes_both_operations(api, tenant):
 
 def test_concurrent_reposts_of_one_lead_make_one_submission(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "failed")
-    settings = load_settings(runtime.db, tenant.tenant_id, 0)
+    settings = load_settings(runtime.store, tenant.tenant_id, 0)
 
     async def both():
         return await asyncio.gather(*(reposts.repost(runtime, settings, tenant.tenant_id, tenant.key_id,

@@ -15,7 +15,6 @@ from litestar.testing import TestClient
 from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.runtime import Runtime
-from appliance.storage import leads as lead_store
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
@@ -111,7 +110,7 @@ def wait_until(client: TestClient, predicate, timeout: float = 8.0) -> None:
 
 
 def job_states(runtime: Runtime, submission_id: str) -> list[str]:
-    return [state for _, state, _ in lead_store.jobs_of(runtime.db.reader(), submission_id)]
+    return [state for _, state, _ in runtime.store.reader().jobs.jobs_of(submission_id)]
 
 
 # ---- 1. a status set by hand while a delivery attempt runs is undone by the worker -------------
@@ -196,7 +195,7 @@ def test_writer_survives_a_unit_whose_error_rolled_back_the_transaction(runtime)
 
     def call(name, fn):
         try:
-            outcome[name] = runtime.db.write_sync(fn)
+            outcome[name] = runtime.store.sqlite.write_sync(fn)
         except BaseException as exc:  # noqa: BLE001
             outcome[name] = exc
 
@@ -231,27 +230,27 @@ def test_resubmission_merged_into_a_stale_copy_is_refused(runtime, clock, monkey
     """A change committed between the resubmission's read and its write must not be undone."""
     import msgspec
 
-    from appliance.storage import leads as lead_store
+    from appliance.storage.leads import Leads
 
     tenant = make_tenant(runtime, "T", {"campaigns": [campaign("RS1", "Resubmit")]})
     with TestClient(create_app(runtime, background=False)) as client:
         first = client.post("/api/v1/leads/submit", headers=tenant.headers, json={
             "campaignId": "RS1", "firstName": "Ann", "lastName": "Lee", "email": "ann.stale@example.com",
             "phone": "+14155550199"}).json()["data"]
-        stale = lead_store.get_lead(runtime.db.reader(), tenant.tenant_id, first["leadId"])
+        stale = runtime.store.reader().leads.get_lead(tenant.tenant_id, first["leadId"])
         clock.advance(seconds=1)
         assert client.patch("/api/v1/leads/bulk", headers=tenant.headers, json={
             "leadIds": [first["leadId"]], "updates": {"notes": "called back"}}).status_code == 200
-        real_get = lead_store.get_lead
+        real_get = Leads.get_lead
         calls = iter([msgspec.structs.replace(stale)])
 
-        def first_read_is_stale(conn, tenant_id, lead_id):
-            return next(calls, None) or real_get(conn, tenant_id, lead_id)
+        def first_read_is_stale(leads, tenant_id, lead_id):
+            return next(calls, None) or real_get(leads, tenant_id, lead_id)
 
-        monkeypatch.setattr(lead_store, "get_lead", first_read_is_stale)  # the storage module itself
+        monkeypatch.setattr(Leads, "get_lead", first_read_is_stale)  # the repository itself
         response = client.post("/api/v1/leads/submit", headers=tenant.headers,
                                json={"leadId": first["leadId"], "campaignId": "RS1", "notes": "resubmitted"})
-        monkeypatch.setattr(lead_store, "get_lead", real_get)
+        monkeypatch.setattr(Leads, "get_lead", real_get)
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "INVALID_STATE"
         lead = client.get(f"/api/v1/leads/{first['leadId']}", headers=tenant.headers).json()["data"]

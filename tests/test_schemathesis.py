@@ -214,7 +214,7 @@ def test_schemathesis_finds_nothing(seeded):
     assert "Operations:" in output and "failures" not in output.split("SUMMARY")[-1].lower(), output[-5000:]
     # the server stayed healthy and never logged an internal error
     assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-    assert not runtime.db.reader().execute(
+    assert not runtime.store.sqlite.reader().execute(
         "SELECT route, count(*) FROM activity_log WHERE status >= 500 GROUP BY route").fetchall()
 
 

@@ -24,7 +24,7 @@ from appliance import apikeys
 from appliance.services import tenancy
 from appliance.config import load_config
 from appliance.runtime import create_runtime
-from appliance.storage import tenants as tenant_store
+from appliance.storage.tenants import Tenants
 from tests.api_helpers import FILE, fill, routes_of, submission_of, submit
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, Reply, wait_until
@@ -40,7 +40,7 @@ SUBMIT = "/api/v1/leads/submit"
 def snapshot(runtime, tenant_id: str) -> dict[str, list]:
     """Every row of every table that carries the tenant's id (the activity log and key usage
     stamps aside: those record the attempt itself)."""
-    conn = runtime.db.reader()
+    conn = runtime.store.sqlite.reader()
     tables = [name for (name,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
     rows = {}
@@ -200,14 +200,14 @@ def test_revoked_and_unknown_keys_are_refused_on_every_route(client, runtime, te
 
 def test_keys_are_stored_and_looked_up_by_sha256_only(runtime, tenant, config):
     assert apikeys.key_hash(tenant.key) == hashlib.sha256(tenant.key.encode()).digest()
-    conn = runtime.db.reader()
+    conn = runtime.store.sqlite.reader()
     (stored,) = conn.execute("SELECT key_hash FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
     assert stored == hashlib.sha256(tenant.key.encode()).digest()
     plan = " ".join(str(row) for row in conn.execute(
         "EXPLAIN QUERY PLAN SELECT key_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", (stored,)))
     assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
-    assert tenant_store.find_active_key(conn, stored).key_id == tenant.key_id
-    assert tenant_store.find_active_key(conn, hashlib.sha256(b"other").digest()) is None
+    assert runtime.store.reader().tenants.find_active_key(stored).key_id == tenant.key_id
+    assert runtime.store.reader().tenants.find_active_key(hashlib.sha256(b"other").digest()) is None
     # the plaintext key is nowhere in the database files (WAL included)
     for path in config.database_file.parent.glob("appliance.db*"):
         assert tenant.key.encode() not in path.read_bytes(), path
@@ -225,9 +225,8 @@ def test_checksum_comparison_uses_compare_digest(monkeypatch):
 
 def test_auth_reads_the_key_only_through_its_hash(client, tenant, monkeypatch):
     seen = []
-    real = tenant_store.find_active_key
-    import appliance.api.auth as auth
-    monkeypatch.setattr(auth, "find_active_key", lambda conn, digest: seen.append(digest) or real(conn, digest))
+    real = Tenants.find_active_key
+    monkeypatch.setattr(Tenants, "find_active_key", lambda tenants, digest: seen.append(digest) or real(tenants, digest))
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
     assert seen == [hashlib.sha256(tenant.key.encode()).digest()]
 

@@ -18,7 +18,6 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.domain.sms_rules import count_segments, is_e164, sender_problem
 from appliance.runtime import Runtime, create_runtime
-from appliance.storage import messages as message_store
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply, free_port
 from tests.conftest import Tenant, make_tenant
@@ -107,7 +106,7 @@ def test_send_through_twilio(client, tenant, fake, runtime):
     assert request.headers["authorization"] == basic("AC123", "sms-secret-token-456")
     assert request.form() == {"To": "+14155552671", "From": "+14155552671", "Body": "Hi Jan, thanks for reaching out."}
 
-    stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, data["messageId"])
+    stored = runtime.store.reader().messages.get_message(tenant.tenant_id, data["messageId"])
     assert (stored.status, stored.provider_status, stored.segments, stored.encoding) == ("sent", "queued", 1, "GSM-7")
     assert stored.provider_message_id == "SM0001" and stored.interaction_id == data["interactionId"]
 
@@ -129,10 +128,10 @@ def test_conversations(client, tenant, fake, runtime):
     theirs = sent(client, tenant, {"leadId": other_lead, "message": "hello"})
     assert theirs["interactionId"] not in (first["interactionId"], other_sender["interactionId"])
 
-    conn = runtime.db.reader()
-    messages = message_store.messages_of(conn, tenant.tenant_id, first["interactionId"])
+    tx = runtime.store.reader()
+    messages = tx.messages.messages_of(tenant.tenant_id, first["interactionId"])
     assert [m.body for m in messages] == ["one", "two", "three"]
-    assert message_store.get_conversation(conn, tenant.tenant_id, first["interactionId"]).message_count == 3
+    assert tx.messages.get_conversation(tenant.tenant_id, first["interactionId"]).message_count == 3
 
     assert details_of(send(client, tenant, {"leadId": lead_id, "message": "x", "interactionId": "int_nope"})) == \
         ["interactionId: unknown conversation"]
@@ -149,7 +148,7 @@ def test_segments_are_counted_and_stored(client, tenant, runtime):
     assert (emoji["segments"], emoji["encoding"]) == (1, "UCS-2")
     longest = sent(client, tenant, {"leadId": lead_id, "message": "€" * 1600})
     assert (longest["segments"], longest["encoding"]) == (22, "GSM-7")  # 76 two-septet characters per segment
-    stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, longest["messageId"])
+    stored = runtime.store.reader().messages.get_message(tenant.tenant_id, longest["messageId"])
     assert (stored.segments, len(stored.body)) == (22, 1600)
 
 
@@ -301,7 +300,7 @@ def stored_status(runtime, tenant, response) -> tuple[str, str]:
     details = details_of(response, "PROVIDER_ERROR", 502)
     assert response.json()["error"]["message"] == "The provider refused or could not be reached"
     message_id = details[1].split()[1]
-    stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
+    stored = runtime.store.reader().messages.get_message(tenant.tenant_id, message_id)
     return stored.status, details[0]
 
 
@@ -440,7 +439,7 @@ def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fak
     async def crash_during_the_provider_call() -> str:
         task = asyncio.create_task(sms.send(runtime, load_plugins(runtime.config), tenant.tenant_id, body))
         for _ in range(200):
-            found = runtime.db.row("SELECT message_id FROM sms_messages WHERE status = 'sending'")
+            found = runtime.store.sqlite.row("SELECT message_id FROM sms_messages WHERE status = 'sending'")
             if found:
                 task.cancel()  # the process dies: the final status is never written
                 return found[0]
@@ -448,12 +447,12 @@ def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fak
         raise AssertionError("the message was never stored as sending")
 
     message_id = asyncio.run(crash_during_the_provider_call())
-    stored = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
+    stored = runtime.store.reader().messages.get_message(tenant.tenant_id, message_id)
     clock = FakeClock(datetime.fromisoformat(stored.created_at))
     runtime.clock = clock
     clock.advance(minutes=9)
     assert asyncio.run(settle_interrupted_sms(runtime)) == 0  # a call could still be under way
     clock.advance(minutes=2)
     assert asyncio.run(settle_interrupted_sms(runtime)) == 1
-    settled = message_store.get_message(runtime.db.reader(), tenant.tenant_id, message_id)
+    settled = runtime.store.reader().messages.get_message(tenant.tenant_id, message_id)
     assert settled.status == "error" and settled.reason.startswith("interrupted: ")

@@ -17,7 +17,7 @@ from appliance.storage.migrations import MIGRATIONS, apply
 def test_database_runs_in_wal_with_full_sync(runtime, config):
     conn = apsw.Connection(str(config.database_file))
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-    writer_sync = runtime.db.write_sync(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+    writer_sync = runtime.store.sqlite.write_sync(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
     assert writer_sync == 2  # FULL
 
 

@@ -88,7 +88,7 @@ def test_rows_written_by_earlier_versions_read_the_same(client, tenant, runtime)
             conn.execute("UPDATE submissions SET doc = ? WHERE submission_id = ?",
                          (msgspec.json.encode(submission), submission["submissionId"]))
 
-    runtime.db.write_sync(as_earlier_versions_stored)
+    runtime.store.sqlite.write_sync(as_earlier_versions_stored)
     assert read(client, tenant, made["leadId"]) == {**before, "submissions": submissions}
     assert listed(client, tenant) == [before]
     # and such a lead is updated like any other: a resubmission merges into what was stored

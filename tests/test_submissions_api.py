@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.storage import leads as lead_store
 from tests.api_helpers import data, validation_error
 
 
@@ -137,20 +136,20 @@ def test_journey_events_and_actions_are_appended(client, tenant, made):
 
 
 def test_status_change_on_latest_submission_moves_the_lead_and_cancels_jobs(client, tenant, runtime, made):
-    reader = runtime.db.reader()
-    assert [state for _, state, _ in lead_store.jobs_of(reader, made["submissionId"])] == ["ready"]
+    reader = runtime.store.reader()
+    assert [state for _, state, _ in reader.jobs.jobs_of(made["submissionId"])] == ["ready"]
     result = data(patch(client, tenant, made["submissionId"], {"status": "delivered"}))
     assert result["status"] == "delivered"
     lead = get_lead(client, tenant, made["leadId"])
     assert lead["status"] == "delivered" and lead["updatedAt"] == result["updatedAt"]
-    assert [state for _, state, _ in lead_store.jobs_of(reader, made["submissionId"])] == ["cancelled"]
+    assert [state for _, state, _ in reader.jobs.jobs_of(made["submissionId"])] == ["cancelled"]
     listed = client.get("/api/v1/leads?status=delivered", headers=tenant.headers).json()["data"]["leads"]
     assert [x["leadId"] for x in listed] == [made["leadId"]]
 
 
 def test_status_queued_keeps_jobs(client, tenant, runtime, made):
     data(patch(client, tenant, made["submissionId"], {"status": "queued"}))
-    assert [s for _, s, _ in lead_store.jobs_of(runtime.db.reader(), made["submissionId"])] == ["ready"]
+    assert [s for _, s, _ in runtime.store.reader().jobs.jobs_of(made["submissionId"])] == ["ready"]
     assert get_lead(client, tenant, made["leadId"])["status"] == "queued"
 
 

@@ -490,5 +490,5 @@ def test_delivery_job_exists_exactly_for_qualified_leads(api, runtime):
         assert data["status"] == ("pending_action" if expected == "engaged" else expected)
         kinds = [kind for kind, _ in jobs(runtime, data["submissionId"])]
         assert kinds == (["deliver"] if expected == "qualified" else []), expected
-    total = runtime.db.reader().execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0]
+    total = runtime.store.sqlite.reader().execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0]
     assert total == 1

@@ -10,8 +10,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from appliance import apikeys
 from appliance.errors import Forbidden, RateLimited, Unauthorized
-from appliance.storage.db import Database
-from appliance.storage.tenants import KeyRecord, find_active_key
+from appliance.storage import KeyRecord, Store
 
 SUBMIT_PATH = "/api/v1/leads/submit"
 
@@ -43,17 +42,17 @@ class KeyCache:
     command that could not signal, or was killed between its commit and its signal). Unknown
     keys are never cached: a new key works at once, and guessed keys cannot fill the cache."""
 
-    def __init__(self, db: Database, ttl: float = 1.0, max_entries: int = 10_000) -> None:
-        self.db = db
+    def __init__(self, store: Store, ttl: float = 1.0, max_entries: int = 10_000) -> None:
+        self.store = store
         self.ttl = ttl
         self.max_entries = max_entries
         self._epoch: int | None = None
         self._entries: dict[bytes, tuple[KeyRecord, float]] = {}
 
     def lookup(self, key_hash: bytes) -> KeyRecord | None:
-        signal = self.db.changes
+        signal = self.store.changes
         if signal is None:
-            return find_active_key(self.db.reader(), key_hash)
+            return self.store.reader().tenants.find_active_key(key_hash)
         epoch = signal.value()  # read before the database, so a change after it is seen next time
         if epoch != self._epoch:
             self._entries.clear()
@@ -62,7 +61,7 @@ class KeyCache:
         hit = self._entries.get(key_hash)
         if hit is not None and now - hit[1] < self.ttl:
             return hit[0]
-        record = find_active_key(self.db.reader(), key_hash)
+        record = self.store.reader().tenants.find_active_key(key_hash)
         if record is not None:
             if len(self._entries) >= self.max_entries:
                 self._entries.clear()

@@ -13,7 +13,7 @@ from appliance.api.auth import principal
 from appliance.api.io import query_bool, query_int
 from appliance.errors import JSON
 from appliance.api.schemas import CampaignPage
-from appliance.storage.catalog import CampaignFilter, list_campaigns
+from appliance.storage import CampaignFilter
 
 DEFAULT_LIMIT, MAX_LIMIT = 50, 100
 # Declared as optional strings (as the interface lists them) and parsed by us, so a bad value is a
@@ -48,7 +48,7 @@ def campaigns_list(
     cache_key = (who.tenant_id, who.config_rev, where, page_no, per_page)
     body = cache.get(cache_key)
     if body is None:
-        total, docs = list_campaigns(request.app.state.runtime.db.reader(), who.tenant_id, where, page_no, per_page)
+        total, docs = request.app.state.runtime.store.reader().catalog.list_campaigns(who.tenant_id, where, page_no, per_page)
         pagination = msgspec.json.encode({"total": total, "page": page_no, "limit": per_page})
         body = cache.put(cache_key, b"".join(
             (b'{"success":true,"data":{"campaigns":[', b",".join(docs), b'],"pagination":', pagination, b"}}")))

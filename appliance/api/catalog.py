@@ -13,7 +13,7 @@ from appliance.api.io import ok_raw, query_bool, query_str
 from appliance.api.schemas import FieldList, QuestionnairePage
 from appliance.domain.catalog import FieldLibraryEntry
 from appliance.errors import NotFound
-from appliance.storage.catalog import QUESTIONNAIRES, get_field, list_docs, list_fields
+from appliance.storage import QUESTIONNAIRES
 
 Query = Annotated[str | None, QueryParameter()]
 CATEGORIES = ("question", "file", "system", "contact", "attribution", "compliance", "flags", "custom")
@@ -22,7 +22,7 @@ CATEGORIES = ("question", "file", "system", "contact", "attribution", "complianc
 @get("/api/v1/questionnaires", operation_id="listQuestionnaires", sync_to_thread=False,
      opt={"data": QuestionnairePage})
 def questionnaires_list(request: Request) -> Response:
-    docs = list_docs(request.app.state.runtime.db.reader(), QUESTIONNAIRES, principal(request.scope).tenant_id)
+    docs = request.app.state.runtime.store.reader().catalog.list_docs(QUESTIONNAIRES, principal(request.scope).tenant_id)
     pagination = msgspec.json.encode({"total": len(docs), "page": 1, "limit": len(docs)})
     return ok_raw(b'{"questionnaires":[' + b",".join(docs) + b'],"pagination":' + pagination + b"}")
 
@@ -31,9 +31,7 @@ def questionnaires_list(request: Request) -> Response:
 def field_library_list(
     request: Request, category: Query = None, active: Query = None, search: Query = None
 ) -> Response:
-    docs = list_fields(
-        request.app.state.runtime.db.reader(),
-        principal(request.scope).tenant_id,
+    docs = request.app.state.runtime.store.reader().catalog.list_fields(principal(request.scope).tenant_id,
         category=query_str(request, "category", choices=CATEGORIES),
         active=query_bool(request, "active"),
         search=search or None,
@@ -44,7 +42,7 @@ def field_library_list(
 @get("/api/v1/field-library/{key:str}", operation_id="getFieldLibraryEntry", sync_to_thread=False,
      opt={"data": FieldLibraryEntry, "errors": ["NOT_FOUND"]})
 def field_library_get(request: Request, key: Annotated[str, PathParameter()]) -> Response:
-    doc = get_field(request.app.state.runtime.db.reader(), principal(request.scope).tenant_id, key)
+    doc = request.app.state.runtime.store.reader().catalog.get_field(principal(request.scope).tenant_id, key)
     if doc is None:
         raise NotFound()
     return ok_raw(doc)

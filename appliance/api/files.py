@@ -28,15 +28,15 @@ async def upsert_file(request: Request) -> Response:
 @get("/api/v1/files/{leadId:str}/{fileKey:str}", operation_id="getFile", sync_to_thread=False,
      opt={"data": files.FileReference, "errors": ["NOT_FOUND"]})
 def get_file(request: Request, lead_id: LeadId, file_key: FileKey) -> Response:
-    conn = request.app.state.runtime.db.reader()
-    return ok_raw(files.get_doc(conn, principal(request.scope).tenant_id, lead_id, file_key))
+    tx = request.app.state.runtime.store.reader()
+    return ok_raw(files.get_doc(tx, principal(request.scope).tenant_id, lead_id, file_key))
 
 
 @get("/api/v1/files/{leadId:str}", operation_id="listFiles", sync_to_thread=False,
      opt={"data": files.FileList, "errors": ["NOT_FOUND"]})
 def list_files(request: Request, lead_id: LeadId) -> Response:
-    conn = request.app.state.runtime.db.reader()
-    return ok_raw(files.list_json(conn, principal(request.scope).tenant_id, lead_id))
+    tx = request.app.state.runtime.store.reader()
+    return ok_raw(files.list_json(tx, principal(request.scope).tenant_id, lead_id))
 
 
 ROUTES = [upsert_file, get_file, list_files]

@@ -13,7 +13,7 @@ from appliance.api.schemas import Health
      opt={"public": True, "data": Health})
 def healthz(request: Request) -> Response:
     runtime = request.app.state.runtime
-    runtime.db.ping()
+    runtime.store.ping()
     return ok({"status": "ok", "version": __version__})
 
 

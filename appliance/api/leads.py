@@ -20,8 +20,7 @@ from appliance.domain.submission import SubmitLead
 from appliance.errors import JSON, NotFound, ValidationFailed
 from appliance.ids import floor_id
 from appliance.model import Model
-from appliance.storage import leads as lead_store
-from appliance.storage.tenants import KeyRecord
+from appliance.storage import KeyRecord, LeadFilter
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 
@@ -161,20 +160,20 @@ async def list_leads(
         raise ValidationFailed([f"search: at most {MAX_SEARCH} characters"])
     found = search_filter(text, runtime.config.defaults.region) if text else {}
     after = query_str(request, "cursor")
-    where = lead_store.LeadFilter(
+    where = LeadFilter(
         campaign_ids=_csv(request, "campaignIds"), client_ids=_csv(request, "clientIds"),
         offer_ids=_csv(request, "offerIds"), status=query_str(request, "status", choices=LEAD_STATUSES),
         after_id=after_id, before_id=min(filter(None, (before_id, after))) if before_id or after else None,
         **(found or {}))
 
-    def read(conn) -> list[tuple[str, bytes]]:
-        if after is not None and not lead_store.lead_exists(conn, tenant_id, after):
+    def read(tx) -> list[tuple[str, bytes]]:
+        if after is not None and not tx.leads.lead_exists(tenant_id, after):
             raise ValidationFailed(["cursor: not a lead id of this tenant (use nextCursor of the previous page)"])
         if found is None:
             return []
-        return lead_store.lead_page(conn, tenant_id, where, per_page + 1)
+        return tx.leads.lead_page(tenant_id, where, per_page + 1)
 
-    return ok_raw(_page_json(await runtime.db.read_off_loop(read), per_page))
+    return ok_raw(_page_json(await runtime.store.read_off_loop(read), per_page))
 
 
 # ---- GET /api/v1/leads/{leadId} ----------------------------------------------------------------
@@ -184,10 +183,10 @@ async def list_leads(
 def get_lead(request: Request, lead_id: LeadId) -> Response:
     """The lead record with its submissions, oldest first."""
     tenant_id = principal(request.scope).tenant_id
-    conn = request.app.state.runtime.db.reader()
-    with conn:  # one read transaction: the lead and its submissions as of the same commit
-        doc = lead_store.lead_doc(conn, tenant_id, lead_id)
-        submissions = lead_store.submission_docs_of(conn, tenant_id, lead_id) if doc is not None else []
+    tx = request.app.state.runtime.store.reader()
+    with tx:  # one read transaction: the lead and its submissions as of the same commit
+        doc = tx.leads.lead_doc(tenant_id, lead_id)
+        submissions = tx.leads.submission_docs_of(tenant_id, lead_id) if doc is not None else []
     if doc is None:
         raise NotFound()
     return ok_raw(doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}")

@@ -10,7 +10,6 @@ from litestar import Request, Response, get
 
 from appliance.errors import Unauthorized
 from appliance.metrics import exposition
-from appliance.storage import jobs
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -31,4 +30,4 @@ def routes(enabled: bool) -> list:
 
 def renderer(runtime) -> object:
     """The app's render function (its own prometheus-client registry)."""
-    return exposition(runtime.metrics, lambda: jobs.open_jobs_by_kind_and_state(runtime.db.reader()))
+    return exposition(runtime.metrics, lambda: runtime.store.reader().jobs.open_jobs_by_kind_and_state())

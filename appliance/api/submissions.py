@@ -12,7 +12,6 @@ from appliance.api.auth import principal
 from appliance.api.io import ok, ok_raw, read_json
 from appliance.domain.lead import Submission
 from appliance.errors import NotFound
-from appliance.storage import leads as lead_store
 
 SubmissionId = Annotated[str, PathParameter(name="submissionId")]
 
@@ -20,8 +19,8 @@ SubmissionId = Annotated[str, PathParameter(name="submissionId")]
 @get("/api/v1/submissions/{submissionId:str}", operation_id="getSubmission", sync_to_thread=False,
      opt={"data": Submission, "errors": ["NOT_FOUND"]})
 def get_submission(request: Request, submission_id: SubmissionId) -> Response:
-    doc = lead_store.submission_doc(request.app.state.runtime.db.reader(), principal(request.scope).tenant_id,
-                                    submission_id)
+    doc = request.app.state.runtime.store.reader().leads.submission_doc(principal(request.scope).tenant_id,
+                                                                        submission_id)
     if doc is None:
         raise NotFound()
     return ok_raw(doc)

@@ -14,7 +14,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-import apsw
 import httpx
 import msgspec
 
@@ -34,10 +33,8 @@ from appliance.domain.submission import facts_of
 from appliance.runtime import Runtime
 from appliance.services.intake import run_intake_action
 from appliance.sdk import DeliveryRequest, DeliveryResult
-from appliance.storage import catalog, jobs, secrets
-from appliance.storage import leads as lead_store
-from appliance.storage.tenants import config_rev
 from appliance.services.tenant_settings import SettingsCache, TenantSettings
+from appliance.storage import DELIVERY_ENDPOINTS, Job, LedgerEntry, Session
 
 log = logging.getLogger("appliance.delivery")
 
@@ -58,7 +55,7 @@ class OpenedEndpoint:
 class Attempt:
     """One job's lead and submission as loaded; a step that changes them makes a new Attempt
     (write units may run again, so they never change what they were given)."""
-    job: jobs.Job
+    job: Job
     lead: LeadRecord
     submission: Submission
     settings: TenantSettings
@@ -89,9 +86,9 @@ class DeliveryWorker:
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
-        db = self.runtime.db
+        store = self.runtime.store
         now = iso(self.runtime.clock.now())
-        interrupted = await db.write(lambda conn: jobs.requeue_interrupted(conn, now))
+        interrupted = await store.write(lambda tx: tx.jobs.requeue_interrupted(now))
         if interrupted:
             log.warning("%d jobs were interrupted by the last stop and run again", interrupted)
         # httpcore walks its whole pool on every request and release (encode/httpcore#1035): a
@@ -102,11 +99,11 @@ class DeliveryWorker:
             while not stop.is_set():
                 self._wake.clear()
                 free = self.concurrency - len(active)
-                claimed: list[jobs.Job] = []
+                claimed: list[Job] = []
                 if free > 0:
                     now = iso(self.runtime.clock.now())
                     try:
-                        claimed = await db.write(lambda conn: jobs.claim_due(conn, now, free))
+                        claimed = await store.write(lambda tx: tx.jobs.claim_due(now, free))
                     except Exception as exc:  # the loop must survive a storage hiccup
                         log.error("claiming jobs failed: %s", type(exc).__name__)
                 for job in claimed:
@@ -129,7 +126,7 @@ class DeliveryWorker:
             except Exception as exc:  # one adapter's cleanup must not keep the others open
                 log.error("closing delivery adapter %r failed: %s", adapter.name, type(exc).__name__)
 
-    async def _process(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
+    async def _process(self, job: Job, http: httpx.AsyncClient) -> None:
         logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
             if job.kind == "evaluate":
@@ -145,12 +142,12 @@ class DeliveryWorker:
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
 
 
-            def give_up_attempt(conn: apsw.Connection) -> None:
-                jobs.release_reservations(conn, job.tenant_id, job.job_id)
-                jobs.reschedule(conn, job.job_id, due, now, error=error)
+            def give_up_attempt(tx: Session) -> None:
+                tx.jobs.release_reservations(job.tenant_id, job.job_id)
+                tx.jobs.reschedule(job.job_id, due, now, error=error)
 
             try:
-                await self.runtime.db.write(give_up_attempt)
+                await self.runtime.store.write(give_up_attempt)
             except Exception as storage_exc:  # left `running`: requeued (and released) at the next start
                 log.error("job %d could not be rescheduled: %s", job.job_id, type(storage_exc).__name__)
         finally:
@@ -158,13 +155,13 @@ class DeliveryWorker:
 
     # ---- loading --------------------------------------------------------------------------
 
-    def _load(self, job: jobs.Job) -> Attempt | None:
-        conn = self.runtime.db.reader()
-        lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
-        submission = lead_store.get_submission(conn, job.tenant_id, job.submission_id)
+    def _load(self, job: Job) -> Attempt | None:
+        tx = self.runtime.store.reader()
+        lead = tx.leads.get_lead(job.tenant_id, job.lead_id)
+        submission = tx.leads.get_submission(job.tenant_id, job.submission_id)
         if lead is None or submission is None:
             return None
-        settings = self.settings.get(job.tenant_id, config_rev(conn, job.tenant_id))
+        settings = self.settings.get(job.tenant_id, tx.tenants.config_rev(job.tenant_id))
         return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
 
     def _endpoint(self, attempt: Attempt, campaign: Campaign) -> OpenedEndpoint | None:
@@ -182,14 +179,14 @@ class DeliveryWorker:
         return found
 
     def _load_endpoint(self, tenant_id: str, endpoint_id: str) -> OpenedEndpoint | None:
-        conn = self.runtime.db.reader()
-        stored = catalog.get_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
+        tx = self.runtime.store.reader()
+        stored = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
         if stored is None:
             return None
         opened: dict[str, str] = {}
         for field in sealed_fields(stored):
             ref = endpoint_secret_ref(endpoint_id, field)
-            blob = secrets.get_sealed(conn, tenant_id, ref)
+            blob = tx.secrets.get(tenant_id, ref)
             if blob is not None:
                 opened[field] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
         endpoint, missing = fill_credentials(stored, opened)
@@ -201,15 +198,15 @@ class DeliveryWorker:
 
     # ---- delivery -------------------------------------------------------------------------
 
-    async def _deliver(self, job: jobs.Job, http: httpx.AsyncClient) -> None:
+    async def _deliver(self, job: Job, http: httpx.AsyncClient) -> None:
         attempt = self._load(job)
-        db = self.runtime.db
+        store = self.runtime.store
         if attempt is None:
             now = iso(self.runtime.clock.now())
-            await db.write(lambda conn: jobs.finish(conn, job.job_id, "dead", now, "lead or submission missing"))
+            await store.write(lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead or submission missing"))
             return
         if holds_delivery(attempt.lead.approval, attempt.lead.status):
-            await db.write(lambda conn: self._wait_for_decision(conn, job))
+            await store.write(lambda tx: self._wait_for_decision(tx, job))
             return
         settings, now = attempt.settings, attempt.now
         campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
@@ -218,14 +215,14 @@ class DeliveryWorker:
             return
         problem = self._delivery_time_problem(attempt, campaign)
         if problem is not None:
-            await db.write(lambda conn: self._settle(conn, attempt, None, "disqualified", problem, job_state="done"))
+            await store.write(lambda tx: self._settle(tx, attempt, None, "disqualified", problem, job_state="done"))
             return
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
         if checks[campaign.campaign_id] == ([], None):
             reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
         else:
-            reserved = await db.write(lambda conn: self._reserve(conn, attempt, campaign, candidates, checks))
+            reserved = await store.write(lambda tx: self._reserve(tx, attempt, campaign, candidates, checks))
         if reserved is None:
             return  # queued until a window opens or a limit resets
         attempt = reserved.attempt
@@ -258,16 +255,16 @@ class DeliveryWorker:
             result = scrubbed(result, opened.scrubber)
         await self._record(attempt, reserved, result, endpoint, crash)
 
-    def _wait_for_decision(self, conn: apsw.Connection, job: jobs.Job) -> None:
+    def _wait_for_decision(self, tx: Session, job: Job) -> None:
         """A job whose lead an open or refused approval holds (a retry scheduled before the decision)
         ends here unsent; the decision that clears the lead schedules its delivery again. Read in
         the write unit, so a decision committed since the job was loaded is seen."""
         now = iso(self.runtime.clock.now())
-        lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+        lead = tx.leads.get_lead(job.tenant_id, job.lead_id)
         if lead is not None and holds_delivery(lead.approval, lead.status):
-            jobs.finish(conn, job.job_id, "cancelled", now, "waiting on the lead's approval")
+            tx.jobs.finish(job.job_id, "cancelled", now, "waiting on the lead's approval")
         else:
-            jobs.reschedule(conn, job.job_id, now, now, keep_attempts=True)
+            tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
 
     def _delivery_time_problem(self, attempt: Attempt, campaign: Campaign) -> str | None:
         """`appliesAt: delivery` rules and the TCPA delivery policy, just before sending."""
@@ -292,7 +289,7 @@ class DeliveryWorker:
         found = {cid: settings.campaigns.get(cid) for cid in ids}
         return {cid: c for cid, c in found.items() if c is not None and (c is campaign or usable(c))}
 
-    def _reserve(self, conn: apsw.Connection, attempt: Attempt, campaign: Campaign, candidates: dict[str, Campaign],
+    def _reserve(self, tx: Session, attempt: Attempt, campaign: Campaign, candidates: dict[str, Campaign],
                  checks: dict[str, tuple[list[LimitCheck], Blocked | None]]) -> Reserved | None:
         """In the write transaction: find a campaign with room now and take its slots, or queue."""
         tenant_id, now = attempt.job.tenant_id, attempt.now
@@ -301,13 +298,13 @@ class DeliveryWorker:
         while True:
             limits, schedule = checks[current.campaign_id]
             blocked = next((limit_blocked(check) for check in limits
-                            if lead_store.counter_value(conn, tenant_id, check.scope, check.period_start) >= check.cap),
+                            if tx.caps.counter_value(tenant_id, check.scope, check.period_start) >= check.cap),
                            None) or schedule
             if blocked is None:
                 for check in limits:
-                    lead_store.add_to_counter(conn, tenant_id, check.scope, check.period_start)
+                    tx.caps.add_to_counter(tenant_id, check.scope, check.period_start)
                 if limits:
-                    jobs.hold_reservations(conn, attempt.job.job_id, [(c.scope, c.period_start) for c in limits])
+                    tx.jobs.hold_reservations(attempt.job.job_id, [(c.scope, c.period_start) for c in limits])
                 if first_block is None:
                     return Reserved(current, attempt)
                 return Reserved(current, self._moved(attempt, current, f"{campaign.campaign_id}: {first_block.reason}"))
@@ -324,8 +321,8 @@ class DeliveryWorker:
                 break
             tried.add(current.campaign_id)
         release = first_block.release_at
-        jobs.reschedule(conn, attempt.job.job_id, iso(release), iso(now), error=first_block.reason, keep_attempts=True)
-        self._settle(conn, attempt, None, "queued", f"{first_block.reason}; released at {iso(release)}", job_state=None,
+        tx.jobs.reschedule(attempt.job.job_id, iso(release), iso(now), error=first_block.reason, keep_attempts=True)
+        self._settle(tx, attempt, None, "queued", f"{first_block.reason}; released at {iso(release)}", job_state=None,
                      event_kind="queued")
         return None
 
@@ -337,7 +334,7 @@ class DeliveryWorker:
 
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
                       endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None) -> None:
-        await self.runtime.db.write(lambda conn: self._record_unit(conn, attempt, reserved, result, endpoint, crash))
+        await self.runtime.store.write(lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash))
         # Counted and logged once it is committed (a write unit may run more than once).
         job, where_to = attempt.job, endpoint.delivery_endpoint_id if endpoint is not None else "-"
         self.runtime.metrics.deliveries[(result.outcome, where_to)] += 1
@@ -351,7 +348,7 @@ class DeliveryWorker:
         else:
             log.warning("delivery to %s refused by the buyer (%s): %s", where_to, result.outcome, result.reason)
 
-    def _record_unit(self, conn: apsw.Connection, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
+    def _record_unit(self, tx: Session, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
                      endpoint: DeliveryEndpoint | None, crash: JourneyError | None) -> None:
         job, now_dt = attempt.job, self.runtime.clock.now()
         now = iso(now_dt)
@@ -364,45 +361,45 @@ class DeliveryWorker:
         details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code}
         if result.outcome == "success":
             if reserved is not None:
-                self._revenue(conn, attempt, reserved.campaign, now_dt)
-            self._settle(conn, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
+                self._revenue(tx, attempt, reserved.campaign, now_dt)
+            self._settle(tx, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
                          job_state="done", event_kind="delivered", details=details)
             return
-        jobs.release_reservations(conn, job.tenant_id, job.job_id)
+        tx.jobs.release_reservations(job.tenant_id, job.job_id)
         if result.outcome == "error" and retries_left(endpoint, job.attempts):
             due = iso(now_dt + timedelta(seconds=float(retry_delay(endpoint, job.attempts))))
-            jobs.reschedule(conn, job.job_id, due, now, error=result.reason)
-            self._settle(conn, attempt, (posting, delivery, result), None,
+            tx.jobs.reschedule(job.job_id, due, now, error=result.reason)
+            self._settle(tx, attempt, (posting, delivery, result), None,
                          f"{result.reason or 'error'}; retry {job.attempts + 1} at {due}", job_state=None,
                          event_kind="delivery_error", details=details, error=crash)
             return
         reason = result.reason or result.outcome
         if result.outcome == "error":
             reason = f"{reason}; retries exhausted after {job.attempts} attempts"
-        self._settle(conn, attempt, (posting, delivery, result), "failed", reason,
+        self._settle(tx, attempt, (posting, delivery, result), "failed", reason,
                      job_state="dead" if result.outcome == "error" else "done",
                      event_kind=f"delivery_{result.outcome}", details=details, error=crash)
 
-    def _revenue(self, conn: apsw.Connection, attempt: Attempt, campaign: Campaign, now_dt: datetime) -> None:
+    def _revenue(self, tx: Session, attempt: Attempt, campaign: Campaign, now_dt: datetime) -> None:
         if not campaign.delivery.revenue_milestones:
             return
         due = milestones_due(campaign.delivery.revenue_milestones, ("delivered",), facts_of(attempt.lead),
                              value_sets=attempt.settings.value_sets, now=now_dt, today=now_dt.date())
-        lead_store.insert_ledger(conn, attempt.job.tenant_id, attempt.lead.lead_id, attempt.submission.submission_id, [
-            lead_store.LedgerEntry("revenue", m.lead_status, float(m.amount), m.currency, campaign.campaign_id,
-                                   attempt.lead.source_id) for m in due], iso(now_dt))
+        tx.ledger.record(attempt.job.tenant_id, attempt.lead.lead_id, attempt.submission.submission_id, [
+            LedgerEntry("revenue", m.lead_status, float(m.amount), m.currency, campaign.campaign_id,
+                        attempt.lead.source_id) for m in due], iso(now_dt))
 
-    def _settle(self, conn: apsw.Connection, attempt: Attempt, outcome: tuple | None, status: str | None,
+    def _settle(self, tx: Session, attempt: Attempt, outcome: tuple | None, status: str | None,
                 reason: str, *, job_state: str | None, event_kind: str | None = None,
                 details: dict | None = None, error: JourneyError | None = None) -> None:
         """Write the submission (and the lead, when this is its latest submission) after a step."""
         tenant_id, now = attempt.job.tenant_id, iso(self.runtime.clock.now())
-        if jobs.job_state(conn, attempt.job.job_id) == "cancelled":
+        if tx.jobs.job_state(attempt.job.job_id) == "cancelled":
             # An operator changed the lead while this attempt ran: keep their status, note ours.
             status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
         elif job_state is not None:
-            jobs.finish(conn, attempt.job.job_id, job_state, now, None if job_state == "done" else reason)
-        submission = lead_store.get_submission(conn, tenant_id, attempt.submission.submission_id) or attempt.submission
+            tx.jobs.finish(attempt.job.job_id, job_state, now, None if job_state == "done" else reason)
+        submission = tx.leads.get_submission(tenant_id, attempt.submission.submission_id) or attempt.submission
         changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
         if outcome is not None:
             posting, delivery, result = outcome
@@ -418,38 +415,38 @@ class DeliveryWorker:
             step = msgspec.structs.replace(step, error=error)
         changes["journey_events"] = [*submission.journey_events, *attempt.events, step]
         submission = msgspec.structs.replace(submission, **changes)
-        lead_store.update_submission(conn, tenant_id, submission)
+        tx.leads.update_submission(tenant_id, submission)
         if status is None:
             return
-        lead = lead_store.get_lead(conn, tenant_id, attempt.lead.lead_id)
+        lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
         if lead is None or lead.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status
         campaign_id = submission.campaign.campaign_id
-        lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+        tx.leads.update_lead(tenant_id, msgspec.structs.replace(
             lead, status=status, campaign_id=campaign_id, client_id=submission.campaign.client_id,
             offer_id=submission.campaign.offer_id, updated_at=now))
 
     # ---- deferred evaluation ------------------------------------------------------------------
 
-    async def _evaluate(self, job: jobs.Job) -> None:
+    async def _evaluate(self, job: Job) -> None:
         attempt = self._load(job)
         now = iso(self.runtime.clock.now())
         if attempt is None:
-            await self.runtime.db.write(lambda conn: jobs.finish(conn, job.job_id, "dead", now, "lead missing"))
+            await self.runtime.store.write(lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead missing"))
             return
         intake = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
         if intake is None:
-            await self.runtime.db.write(lambda conn: self._settle(
-                conn, attempt, None, "error", "campaign no longer exists", job_state="dead"))
+            await self.runtime.store.write(lambda tx: self._settle(
+                tx, attempt, None, "error", "campaign no longer exists", job_state="dead"))
             return
         source = next((s for s in intake.ingestion.sources if s.source_id == attempt.lead.source_id), None)
         evaluation = evaluate(facts_of(attempt.lead), intake, attempt.settings.campaigns, source,
                               value_sets=attempt.settings.value_sets, today=attempt.now.date(), now=now,
                               prompt_evaluator=self.registry.prompt_evaluator())
 
-        def unit(conn: apsw.Connection) -> None:
+        def unit(tx: Session) -> None:
             status, reason = evaluation.status, evaluation.qualification.reason or evaluation.status
-            stored = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+            stored = tx.leads.get_lead(job.tenant_id, job.lead_id)
             stored_approval = stored.approval if stored is not None and evaluation.approval is None else None
             if (held := held_by_approval(status, stored_approval)) is not None:
                 status, reason = held, f"the lead's approval is {stored_approval.status}"
@@ -458,21 +455,21 @@ class DeliveryWorker:
                                     attempt.submission, campaign=snapshot(evaluation.campaign),
                                     qualification=evaluation.qualification, routing=evaluation.routing,
                                     qualified_at=evaluation.qualification.qualified_at))
-            submission = lead_store.get_submission(conn, job.tenant_id, job.submission_id)
+            submission = tx.leads.get_submission(job.tenant_id, job.submission_id)
             if submission is not None:
-                lead_store.update_submission(conn, job.tenant_id, msgspec.structs.replace(
+                tx.leads.update_submission(job.tenant_id, msgspec.structs.replace(
                     submission, qualification=evaluation.qualification, routing=evaluation.routing,
                     qualified_at=evaluation.qualification.qualified_at))
-            self._settle(conn, evaluated, None, status, reason, job_state="done", event_kind="evaluated")
+            self._settle(tx, evaluated, None, status, reason, job_state="done", event_kind="evaluated")
             if evaluation.approval is not None:
-                lead = lead_store.get_lead(conn, job.tenant_id, job.lead_id)
+                lead = tx.leads.get_lead(job.tenant_id, job.lead_id)
                 if lead is not None:
-                    lead_store.update_lead(conn, job.tenant_id, msgspec.structs.replace(lead, approval=evaluation.approval))
+                    tx.leads.update_lead(job.tenant_id, msgspec.structs.replace(lead, approval=evaluation.approval))
             if status == "qualified":
-                lead_store.insert_job(conn, tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
-                                      submission_id=job.submission_id, due_at=now, now=now)
+                tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+                                   submission_id=job.submission_id, due_at=now, now=now)
 
-        await self.runtime.db.write(unit)
+        await self.runtime.store.write(unit)
         if evaluation.intake_action in ("engage", "workflow"):
             run_intake_action(self.registry, evaluation.campaign, attempt.lead, job.submission_id, evaluation.intake_action)
 

@@ -10,9 +10,6 @@ from datetime import timedelta
 
 from appliance.clock import Clock, iso
 from appliance.runtime import Runtime
-from appliance.storage import messages
-from appliance.storage.db import optimize
-from appliance.storage.activity import append_activity, purge_activity
 
 log = logging.getLogger("appliance.ticker")
 
@@ -29,7 +26,7 @@ INTERRUPTED_SMS_REASON = ("interrupted: the service stopped, or the provider cal
 async def flush_activity(runtime: Runtime) -> int:
     rows, runtime.activity[:] = list(runtime.activity), []
     if rows:
-        await runtime.db.write_off_loop(lambda conn: append_activity(conn, rows))
+        await runtime.store.write_off_loop(lambda tx: tx.activity.append(rows))
     return len(rows)
 
 
@@ -38,14 +35,14 @@ async def purge_old_activity(runtime: Runtime) -> int:
     if days <= 0:
         return 0
     before = iso(runtime.clock.now() - timedelta(days=days))
-    return await runtime.db.write(lambda conn: purge_activity(conn, before))
+    return await runtime.store.write(lambda tx: tx.activity.purge(before))
 
 
 async def settle_interrupted_sms(runtime: Runtime) -> int:
     now = runtime.clock.now()
     before = iso(now - SMS_INTERRUPTED_AFTER)
-    return await runtime.db.write(
-        lambda conn: messages.settle_interrupted(conn, before, INTERRUPTED_SMS_REASON, iso(now)))
+    return await runtime.store.write(
+        lambda tx: tx.messages.settle_interrupted(before, INTERRUPTED_SMS_REASON, iso(now)))
 
 
 class _Every:
@@ -82,6 +79,6 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             if sms_settle.due() and (settled := await settle_interrupted_sms(runtime)):
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)
             if planner_stats.due():
-                await runtime.db.write(optimize)
+                await runtime.store.optimize()
         except Exception as exc:  # housekeeping must never stop the loop
             log.error("ticker step failed: %s", type(exc).__name__)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import apsw
 import msgspec
 from msgspec import Meta
 
@@ -17,7 +16,7 @@ from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
-from appliance.storage import leads as lead_store
+from appliance.storage import Session
 
 
 class ApproveBody(Model):
@@ -33,8 +32,8 @@ class ApproveResult(Model):
 async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str, body: ApproveBody) -> ApproveResult:
     now = iso(runtime.clock.now())
 
-    def unit(conn: apsw.Connection) -> ApproveResult:
-        lead = lead_store.get_lead(conn, tenant_id, lead_id)
+    def unit(tx: Session) -> ApproveResult:
+        lead = tx.leads.get_lead(tenant_id, lead_id)
         if lead is None:
             raise NotFound()
         if lead.approval is None:
@@ -44,26 +43,26 @@ async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str
             raise InvalidState([f"approval: the decision is already {current}; reset it to pending first"])
         approval = Approval(status=body.status, campaign_id=lead.approval.campaign_id, decided_at=now,
                             decided_by=decided_by, reason=body.reason)
-        submission = lead_store.latest_submission(conn, tenant_id, lead_id)
+        submission = tx.leads.latest_submission(tenant_id, lead_id)
         status = status_after_decision(lead.status, body.status)
         if submission is not None:
             if status in ("pending_action", "rejected") and status != lead.status:
                 # A delivery already under way cannot be called back: it finishes and is recorded
                 # as it went. A retry it schedules waits on the decision (the worker checks).
-                lead_store.cancel_waiting_jobs(conn, submission.submission_id, now)
+                tx.jobs.cancel_waiting_jobs(submission.submission_id, now)
             delivered = submission.delivery is not None and submission.delivery.success
             if starts_delivery(status, lead.status, delivered=delivered,
-                               delivery_open=lead_store.has_open_job(conn, submission.submission_id, "deliver")):
-                lead_store.insert_job(conn, tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
-                                      submission_id=submission.submission_id, due_at=now, now=now)
+                               delivery_open=tx.jobs.has_open_job(submission.submission_id, "deliver")):
+                tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
+                                   submission_id=submission.submission_id, due_at=now, now=now)
             submission = msgspec.structs.replace(
                 submission, status=status if status != lead.status else submission.status, updated_at=now,
                 journey_events=[*submission.journey_events,
                                 event(now, f"approval_{body.status}", body.reason,
                                       details={"decidedBy": decided_by, "previous": current})])
-            lead_store.update_submission(conn, tenant_id, submission)
-        lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+            tx.leads.update_submission(tenant_id, submission)
+        tx.leads.update_lead(tenant_id, msgspec.structs.replace(
             lead, status=status, approval=approval, updated_at=now))
         return ApproveResult(lead_id=lead_id, approval=approval)
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.store.write(unit, may_refuse=True)

@@ -7,7 +7,6 @@ import msgspec
 
 from appliance.services import tenancy
 from appliance.runtime import Runtime
-from appliance.storage.tenants import list_tenants
 
 DEMO_TENANT = "Demo Agency"
 
@@ -108,7 +107,7 @@ def ensure_demo_tenant(runtime: Runtime) -> tuple[str, str]:
     """The demo tenant, its sample bundle imported again (an upsert: a demo made by an earlier
     version gets the current one), and a fresh key for it: keys are shown once, so every run
     prints a new one."""
-    existing = [tid for tid, name, _ in list_tenants(runtime.db.reader()) if name == DEMO_TENANT]
+    existing = [tid for tid, name, _ in runtime.store.reader().tenants.list_tenants() if name == DEMO_TENANT]
     tenant_id = existing[0] if existing else tenancy.create_tenant(runtime, DEMO_TENANT)
     tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(DEMO_BUNDLE), "json")
     return tenant_id, tenancy.create_key(runtime, tenant_id, name="demo").key

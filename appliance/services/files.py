@@ -23,7 +23,6 @@ import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-import apsw
 import msgspec
 from msgspec import Meta
 
@@ -33,8 +32,7 @@ from appliance.ids import new_id
 from appliance.services.lead_updates import parse_iso
 from appliance.model import Model
 from appliance.runtime import Runtime
-from appliance.storage import files as file_store
-from appliance.storage import leads as lead_store
+from appliance.storage import Session
 
 FileStatus = Literal["pending", "uploaded", "viewed", "in_progress", "signed", "verified", "expired", "declined",
                      "failed"]
@@ -136,10 +134,10 @@ async def upsert(runtime: Runtime, tenant_id: str, body: FileBody) -> tuple[File
     file_type, signed_at = _checked(body)
     now = iso(runtime.clock.now())
 
-    def unit(conn: apsw.Connection) -> tuple[FileReference, bool]:
-        if not lead_store.lead_exists(conn, tenant_id, body.lead_id):
+    def unit(tx: Session) -> tuple[FileReference, bool]:
+        if not tx.leads.lead_exists(tenant_id, body.lead_id):
             raise ValidationFailed(["leadId: unknown lead"])
-        stored = file_store.find(conn, tenant_id, body.lead_id, body.file_key)
+        stored = tx.files.find(tenant_id, body.lead_id, body.file_key)
         given = {"file_name": body.file_name, "file_type": file_type, "document_url": body.document_url}
         optional = {"signing_url": body.signing_url, "status": body.status, "provider": body.provider,
                     "provider_document_id": body.provider_document_id, "signed_at": signed_at,
@@ -148,28 +146,28 @@ async def upsert(runtime: Runtime, tenant_id: str, body: FileBody) -> tuple[File
         if stored is None:
             reference = FileReference(file_id=new_id("file"), lead_id=body.lead_id, file_key=body.file_key,
                                       created_at=now, updated_at=now, **given)
-            file_store.insert(conn, tenant_id, file_id=reference.file_id, lead_id=body.lead_id,
-                              file_key=body.file_key, created_at=now, doc=_encode(reference))
+            tx.files.insert(tenant_id, file_id=reference.file_id, lead_id=body.lead_id,
+                            file_key=body.file_key, created_at=now, doc=_encode(reference))
             return reference, True
         reference = msgspec.structs.replace(_decode(stored), updated_at=now, **given)
-        file_store.update(conn, tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(reference))
+        tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(reference))
         return reference, False
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.store.write(unit, may_refuse=True)
 
 
-def get_doc(conn: apsw.Connection, tenant_id: str, lead_id: str, file_key: str) -> bytes:
-    doc = file_store.find(conn, tenant_id, lead_id, file_key)
+def get_doc(tx: Session, tenant_id: str, lead_id: str, file_key: str) -> bytes:
+    doc = tx.files.find(tenant_id, lead_id, file_key)
     if doc is None:
         raise NotFound()
     return doc
 
 
-def list_json(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bytes:
+def list_json(tx: Session, tenant_id: str, lead_id: str) -> bytes:
     """`{leadId, files, count}` as JSON; NOT_FOUND when the lead is not the tenant's."""
-    with conn:  # one read transaction: the lead check and its files as of the same commit
-        if not lead_store.lead_exists(conn, tenant_id, lead_id):
+    with tx:  # one read transaction: the lead check and its files as of the same commit
+        if not tx.leads.lead_exists(tenant_id, lead_id):
             raise NotFound()
-        docs = file_store.docs_of(conn, tenant_id, lead_id)
+        docs = tx.files.docs_of(tenant_id, lead_id)
     return (b'{"leadId":' + _encode(lead_id) + b',"files":[' + b",".join(docs) + b'],"count":'
             + str(len(docs)).encode() + b"}")

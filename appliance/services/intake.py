@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-import apsw
 import msgspec
 
 from appliance.clock import iso
@@ -30,8 +29,7 @@ from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
-from appliance.storage import leads as lead_store
-from appliance.storage.tenants import KeyRecord
+from appliance.storage import KeyRecord, LedgerEntry, Session
 
 log = logging.getLogger("appliance.intake")
 
@@ -89,7 +87,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
 
     existing = None
     if body.lead_id is not None:
-        existing = lead_store.get_lead(runtime.db.reader(), tenant_id, body.lead_id)
+        existing = runtime.store.reader().leads.get_lead(tenant_id, body.lead_id)
         if source is not None and (existing is None or existing.source_id != source.source_id):
             raise Forbidden(message="This source key may only resubmit leads of its own source")
         if existing is None:
@@ -121,7 +119,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
     )
     # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
-    result = await runtime.db.write(plan.commit, may_refuse=plan.existing)
+    result = await runtime.store.write(plan.commit, may_refuse=plan.existing)
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)
@@ -147,27 +145,27 @@ class _Plan:
     now: str
     submission_id: str
 
-    def commit(self, conn: apsw.Connection) -> SubmitResult:
+    def commit(self, tx: Session) -> SubmitResult:
         """Runs on the writer thread inside the group transaction."""
         now, lead = self.now, self.lead
         if self.existing:
-            stored = lead_store.get_lead(conn, self.tenant_id, lead.lead_id)
+            stored = tx.leads.get_lead(self.tenant_id, lead.lead_id)
             if stored is None or stored.updated_at != self.based_on:
                 # Merged into a copy that another change has since replaced: writing it would undo that.
                 raise InvalidState(["leadId: the lead changed while this resubmission was handled; send it again"])
         refused = self.rejected_at_source or next(
             (f"{check.label} reached" for check in self.caps
-             if lead_store.counter_value(conn, self.tenant_id, check.scope, check.period_start) >= check.cap), None)
+             if tx.caps.counter_value(self.tenant_id, check.scope, check.period_start) >= check.cap), None)
         duplicate_of = None
         if refused is None and self.dedupe is not None and self.dedupe_since is not None:
-            earlier = lead_store.earlier_leads(conn, self.tenant_id, self.intake.campaign_id, lead.email,
-                                               lead.phone_e164, self.dedupe_since)
+            earlier = tx.leads.earlier_leads(self.tenant_id, self.intake.campaign_id, lead.email,
+                                             lead.phone_e164, self.dedupe_since)
             duplicate_of = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
         decision = decide_intake(intake=self.intake, now=now, refused_at_source=refused, duplicate_of=duplicate_of,
                                  evaluation=self.evaluation, approval=lead.approval)
         if decision.counts_against_caps:
             for check in self.caps:
-                lead_store.add_to_counter(conn, self.tenant_id, check.scope, check.period_start)
+                tx.caps.add_to_counter(self.tenant_id, check.scope, check.period_start)
         events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
                         {"sourceId": lead.source_id, "resubmission": self.existing}), *decision.events]
         status, campaign, qualification = decision.status, decision.campaign, decision.qualification
@@ -192,22 +190,22 @@ class _Plan:
             created_at=now, updated_at=now,
         )
         if self.existing:
-            previous = lead_store.latest_submission(conn, self.tenant_id, lead.lead_id)
+            previous = tx.leads.latest_submission(self.tenant_id, lead.lead_id)
             if previous is not None:  # one live delivery per lead: the new submission replaces it
-                lead_store.cancel_open_jobs(conn, previous.submission_id, now)
-            lead_store.update_lead(conn, self.tenant_id, lead, names_changed=True)
+                tx.jobs.cancel_open_jobs(previous.submission_id, now)
+            tx.leads.update_lead(self.tenant_id, lead, names_changed=True)
         else:
-            lead_store.insert_lead(conn, self.tenant_id, lead, self.intake.campaign_id)
-        lead_store.insert_submission(conn, self.tenant_id, submission)
+            tx.leads.insert_lead(self.tenant_id, lead, self.intake.campaign_id)
+        tx.leads.insert_submission(self.tenant_id, submission)
         if decision.job is not None:
-            lead_store.insert_job(conn, tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
-                                  submission_id=submission.submission_id, due_at=now, now=now)
+            tx.jobs.insert_job(tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
+                               submission_id=submission.submission_id, due_at=now, now=now)
         if self.source is not None and self.source.cost_milestones:
             due = milestones_due(self.source.cost_milestones, ("lead_ingested", status), self.facts,
                                  value_sets=self.value_sets, now=self.now_dt, today=self.now_dt.date())
-            lead_store.insert_ledger(conn, self.tenant_id, lead.lead_id, submission.submission_id, [
-                lead_store.LedgerEntry("cost", m.lead_status, float(m.amount), m.currency, self.intake.campaign_id,
-                                       self.source.source_id) for m in due], now)
+            tx.ledger.record(self.tenant_id, lead.lead_id, submission.submission_id, [
+                LedgerEntry("cost", m.lead_status, float(m.amount), m.currency, self.intake.campaign_id,
+                            self.source.source_id) for m in due], now)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 from datetime import date, datetime, timedelta, timezone
 from typing import Annotated, Any
 
-import apsw
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
@@ -47,7 +46,7 @@ from appliance.domain.submission import field_library_problems, valid_zone
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
-from appliance.storage import leads as lead_store
+from appliance.storage import Session
 
 # Statuses whose work the job loop still does: their open jobs stay; any other status cancels them.
 JOB_STATUSES = frozenset({"pending", "qualified", "queued"})
@@ -197,8 +196,8 @@ async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str,
     kinds = {"qualification": QualificationOutcome, "routing": RoutingOutcome, "posting": PostingOutcome,
              "delivery": DeliveryOutcome}
 
-    def unit(conn: apsw.Connection) -> Submission:
-        stored = lead_store.get_submission(conn, tenant_id, submission_id)
+    def unit(tx: Session) -> Submission:
+        stored = tx.leads.get_submission(tenant_id, submission_id)
         if stored is None:
             raise NotFound()
         if empty:
@@ -213,18 +212,18 @@ async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str,
         if actions:
             merged["first_submission_actions"] = [*stored.first_submission_actions, *actions]
         submission = msgspec.structs.replace(stored, **merged, updated_at=now)
-        lead_store.update_submission(conn, tenant_id, submission)
+        tx.leads.update_submission(tenant_id, submission)
         if submission.status != stored.status:
             if submission.status not in JOB_STATUSES:
-                lead_store.cancel_open_jobs(conn, submission_id, now)
-            latest = lead_store.latest_submission_number(conn, tenant_id, submission.lead_id)
-            lead = lead_store.get_lead(conn, tenant_id, submission.lead_id)
+                tx.jobs.cancel_open_jobs(submission_id, now)
+            latest = tx.leads.latest_submission_number(tenant_id, submission.lead_id)
+            lead = tx.leads.get_lead(tenant_id, submission.lead_id)
             if lead is not None and latest == submission.submission_number and lead.status != submission.status:
-                lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+                tx.leads.update_lead(tenant_id, msgspec.structs.replace(
                     lead, status=submission.status, updated_at=now))
         return submission
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.store.write(unit, may_refuse=True)
 
 
 # ---- PATCH /api/v1/leads/bulk ---------------------------------------------------------------
@@ -292,8 +291,8 @@ async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkU
     plain = {name: value for name, value in _given(updates).items()
              if name in ("notes", "timezone", "is_test", "status")}
 
-    def unit(conn: apsw.Connection) -> BulkUpdateResult:
-        found = lead_store.get_leads(conn, tenant_id, ids)
+    def unit(tx: Session) -> BulkUpdateResult:
+        found = tx.leads.get_leads(tenant_id, ids)
         for lead in found:
             changes: dict[str, Any] = dict(plain)
             if updates.custom_fields is not UNSET:
@@ -302,22 +301,22 @@ async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkU
                 changes["questionnaire"] = _merge_answers(lead.questionnaire, updates.questionnaire, labels)
             updated: LeadRecord = msgspec.structs.replace(lead, **changes, updated_at=now)
             if updated.status != lead.status:
-                _follow_status(conn, tenant_id, lead, updated.status, key_id, now)
-            lead_store.update_lead(conn, tenant_id, updated)
+                _follow_status(tx, tenant_id, lead, updated.status, key_id, now)
+            tx.leads.update_lead(tenant_id, updated)
         return BulkUpdateResult(modified_count=len(found))
 
     # Up to MAX_BULK_IDS leads read and rewritten: tens of milliseconds, off the event loop.
-    return await runtime.db.write_off_loop(unit)
+    return await runtime.store.write_off_loop(unit)
 
 
-def _follow_status(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
+def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
                    now: str) -> None:
-    submission = lead_store.latest_submission(conn, tenant_id, lead.lead_id)
+    submission = tx.leads.latest_submission(tenant_id, lead.lead_id)
     if submission is None:
         return
     if status not in JOB_STATUSES:
-        lead_store.cancel_open_jobs(conn, submission.submission_id, now)
-    lead_store.update_submission(conn, tenant_id, msgspec.structs.replace(
+        tx.jobs.cancel_open_jobs(submission.submission_id, now)
+    tx.leads.update_submission(tenant_id, msgspec.structs.replace(
         submission, status=status, updated_at=now,
         journey_events=[*submission.journey_events, event(
             now, "status_changed", "bulk update", details={"previous": lead.status, "status": status,

@@ -33,9 +33,6 @@ from appliance.model import Model
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import PixelEvent, PixelResult
-from appliance.storage import leads as lead_store
-from appliance.storage import messages as store
-from appliance.storage import secrets
 
 ActionSource = Literal["website", "phone_call", "chat", "system_generated"]
 
@@ -99,16 +96,16 @@ async def _send(registry: Registry, platform: str, event: PixelEvent) -> PixelRe
 
 
 async def fire(runtime: Runtime, registry: Registry, tenant_id: str, body: FireBody) -> FireResult:
-    conn = runtime.db.reader()
-    with conn:  # one read transaction
-        lead = lead_store.get_lead(conn, tenant_id, body.lead_id)
-        pixel = store.get_pixel(conn, tenant_id, body.pixel_id) if lead is not None else None
+    tx = runtime.store.reader()
+    with tx:  # one read transaction
+        lead = tx.leads.get_lead(tenant_id, body.lead_id)
+        pixel = tx.catalog.get_pixel(tenant_id, body.pixel_id) if lead is not None else None
         if lead is None or pixel is None:
             raise NotFound()
         if pixel.platform != body.platform:
             raise ValidationFailed([f"platform: pixel {pixel.pixel_id} is a {pixel.platform} pixel"])
         ref = f"pixel:{pixel.pixel_id}:accessToken"
-        sealed = secrets.get_sealed(conn, tenant_id, ref)
+        sealed = tx.secrets.get(tenant_id, ref)
     moment = runtime.clock.now()
     now = iso(moment)
     event_id = stable_event_id(lead.lead_id, body.event_name)
@@ -139,13 +136,13 @@ async def fire(runtime: Runtime, registry: Registry, tenant_id: str, body: FireB
         if result.response:
             details["response"] = scrubber.value(result.response)
     journey = JourneyEvent(timestamp=now, type="pixel_fire", reason=reason, details=details)
-    await runtime.db.write(lambda conn: _record(conn, tenant_id, lead.lead_id, journey, now))
+    await runtime.store.write(lambda tx: _record(tx, tenant_id, lead.lead_id, journey, now))
     return answer
 
 
-def _record(conn: Any, tenant_id: str, lead_id: str, journey: JourneyEvent, now: str) -> None:
-    submission = lead_store.latest_submission(conn, tenant_id, lead_id)
+def _record(tx: Any, tenant_id: str, lead_id: str, journey: JourneyEvent, now: str) -> None:
+    submission = tx.leads.latest_submission(tenant_id, lead_id)
     if submission is None:
         return
-    lead_store.update_submission(conn, tenant_id, msgspec.structs.replace(
+    tx.leads.update_submission(tenant_id, msgspec.structs.replace(
         submission, journey_events=[*submission.journey_events, journey], updated_at=now))

@@ -50,7 +50,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-import apsw
 import msgspec
 from msgspec import Meta
 
@@ -67,10 +66,8 @@ from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
-from appliance.storage import catalog
-from appliance.storage import jobs
-from appliance.storage import leads as lead_store
 from appliance.services.tenant_settings import TenantSettings
+from appliance.storage import DELIVERY_ENDPOINTS, Session
 
 CampaignId = Annotated[str, Meta(min_length=1, max_length=64)]
 # Lead statuses a manual delivery refuses: done, or processing under way that it would race.
@@ -114,30 +111,30 @@ class DeliverResult(Model):
 
 def _read(runtime: Runtime, tenant_id: str, lead_id: str) -> tuple[LeadRecord, Submission | None, set[str]]:
     """The lead, its last submission and the tenant's delivery endpoint ids, as of one commit."""
-    conn = runtime.db.reader()
-    with conn:
-        lead = lead_store.get_lead(conn, tenant_id, lead_id)
+    tx = runtime.store.reader()
+    with tx:
+        lead = tx.leads.get_lead(tenant_id, lead_id)
         if lead is None:
             raise NotFound()
-        previous = lead_store.latest_submission(conn, tenant_id, lead_id)
-        endpoints = catalog.doc_ids(conn, catalog.DELIVERY_ENDPOINTS, tenant_id)
+        previous = tx.leads.latest_submission(tenant_id, lead_id)
+        endpoints = tx.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)
     return lead, previous, endpoints
 
 
-def _still_as_read(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Submission | None) -> None:
+def _still_as_read(tx: Session, tenant_id: str, lead: LeadRecord, previous: Submission | None) -> None:
     """Inside the write unit: what was decided from the read still holds. Qualification runs
     before the write transaction (a prompt evaluator plugin may be slow and must not hold the
     writer), so a lead changed in between (a concurrent repost, approve, delivery) refuses."""
-    current = lead_store.get_lead(conn, tenant_id, lead.lead_id)
+    current = tx.leads.get_lead(tenant_id, lead.lead_id)
     if current is None:
         raise NotFound()
-    latest = lead_store.latest_submission(conn, tenant_id, lead.lead_id)
+    latest = tx.leads.latest_submission(tenant_id, lead.lead_id)
     if current != lead or (latest is None) != (previous is None) or (
             latest is not None and previous is not None
             and (latest.submission_id, latest.updated_at) != (previous.submission_id, previous.updated_at)):
         raise InvalidState([f"lead: it changed while this request was handled (now {current.status}); "
                             "read it again and retry"])
-    if jobs.lead_has_running_job(conn, tenant_id, lead.lead_id):
+    if tx.jobs.lead_has_running_job(tenant_id, lead.lead_id):
         raise InvalidState(["lead: a delivery attempt is running for this lead; try again when it ends"])
 
 
@@ -163,13 +160,13 @@ def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSett
     return status, found.qualification, found.routing, events
 
 
-def _store(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Submission | None, *,
+def _store(tx: Session, tenant_id: str, lead: LeadRecord, previous: Submission | None, *,
            campaign: Campaign, status: str, flow_type: str, qualification: QualificationOutcome,
            routing: RoutingOutcome, events: list[JourneyEvent], approval: Approval | None, now: str,
            names_changed: bool = False) -> str:
     """The new submission, the lead's new state and (qualified) the deliver job."""
     if previous is not None:
-        lead_store.cancel_open_jobs(conn, previous.submission_id, now)
+        tx.jobs.cancel_open_jobs(previous.submission_id, now)
     number = max(lead.submission_count, previous.submission_number if previous else 0) + 1
     if status == "qualified":
         events = [*events, event(now, "delivery_scheduled", None, campaign)]
@@ -180,14 +177,14 @@ def _store(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, previous: Su
         result=qualification.reason if status == "disqualified" else None,
         journey_events=events, flow_type=flow_type, submitted_at=now,
         qualified_at=now if status == "qualified" else None, created_at=now, updated_at=now)
-    lead_store.update_lead(conn, tenant_id, msgspec.structs.replace(
+    tx.leads.update_lead(tenant_id, msgspec.structs.replace(
         lead, status=status, campaign_id=campaign.campaign_id, client_id=client.client_id if client else None,
         offer_id=offer.offer_id if offer else None, approval=approval, submission_count=number, updated_at=now,
     ), names_changed=names_changed)
-    lead_store.insert_submission(conn, tenant_id, submission)
+    tx.leads.insert_submission(tenant_id, submission)
     if status == "qualified":
-        lead_store.insert_job(conn, tenant_id=tenant_id, kind="deliver", lead_id=lead.lead_id,
-                              submission_id=submission.submission_id, due_at=now, now=now)
+        tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead.lead_id,
+                           submission_id=submission.submission_id, due_at=now, now=now)
     return submission.submission_id
 
 
@@ -262,14 +259,14 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
                             {"decidedBy": key_id, "previous": "rejected", "via": "repost"}))
     campaign = target
 
-    def unit(conn: apsw.Connection) -> RepostResult:
-        _still_as_read(conn, tenant_id, stored, previous)
-        submission_id = _store(conn, tenant_id, lead, previous, campaign=campaign, status=status, flow_type="repost",
+    def unit(tx: Session) -> RepostResult:
+        _still_as_read(tx, tenant_id, stored, previous)
+        submission_id = _store(tx, tenant_id, lead, previous, campaign=campaign, status=status, flow_type="repost",
                                qualification=qualification, routing=routing, events=events, approval=approval,
                                now=now, names_changed=lead is not stored)
         return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.store.write(unit, may_refuse=True)
 
 
 # ---- manual delivery ---------------------------------------------------------------------------
@@ -294,11 +291,11 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
     routing = msgspec.structs.replace(routing, routing_method="manual",
                                       routing_reason=f"manual delivery to {campaign.campaign_id}")
 
-    def unit(conn: apsw.Connection) -> DeliverResult:
-        _still_as_read(conn, tenant_id, lead, previous)
-        submission_id = _store(conn, tenant_id, lead, previous, campaign=campaign, status=status,
+    def unit(tx: Session) -> DeliverResult:
+        _still_as_read(tx, tenant_id, lead, previous)
+        submission_id = _store(tx, tenant_id, lead, previous, campaign=campaign, status=status,
                                flow_type="manual_delivery", qualification=qualification, routing=routing,
                                events=events, approval=lead.approval, now=now)
         return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
 
-    return await runtime.db.write(unit, may_refuse=True)
+    return await runtime.store.write(unit, may_refuse=True)

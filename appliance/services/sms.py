@@ -43,9 +43,7 @@ from appliance.model import Model
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import SmsMessage, SmsResult
-from appliance.storage import catalog, secrets
-from appliance.storage import leads as lead_store
-from appliance.storage import messages as store
+from appliance.storage import Conversation, Message
 
 MAX_MESSAGE = 1600
 
@@ -88,7 +86,7 @@ class _Plan(msgspec.Struct, kw_only=True):
     tenant_base_url: bool
 
 
-def _credentials(runtime: Runtime, conn: Any, tenant_id: str, choice: sms_rules.ProviderChoice) -> dict[str, str]:
+def _credentials(runtime: Runtime, tx: Any, tenant_id: str, choice: sms_rules.ProviderChoice) -> dict[str, str]:
     install: dict[str, str] = {}
     if choice.type == "twilio":
         cfg = runtime.config.sms.twilio
@@ -102,7 +100,7 @@ def _credentials(runtime: Runtime, conn: Any, tenant_id: str, choice: sms_rules.
             own["accountSid"] = provider.account_sid
         for field in ("authToken", "apiKey"):
             ref = f"sms:{provider.provider_id}:{field}"
-            blob = secrets.get_sealed(conn, tenant_id, ref)
+            blob = tx.secrets.get(tenant_id, ref)
             if blob is not None:
                 own[field] = runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
     return {k: v for k, v in {**install, **own}.items() if v}
@@ -118,17 +116,17 @@ def _install_base_url(runtime: Runtime, provider_type: str) -> str | None:
 
 def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
     problems: list[str] = []
-    conn = runtime.db.reader()
-    with conn:  # one read transaction
-        lead = lead_store.get_lead(conn, tenant_id, body.lead_id)
+    tx = runtime.store.reader()
+    with tx:  # one read transaction
+        lead = tx.leads.get_lead(tenant_id, body.lead_id)
         if lead is None:
             raise NotFound()
         campaign_id = body.campaign_id or lead.campaign_id
-        campaign = catalog.get_campaign(conn, tenant_id, campaign_id) if campaign_id else None
+        campaign = tx.catalog.get_campaign(tenant_id, campaign_id) if campaign_id else None
         if body.campaign_id is not None and campaign is None:
             problems.append("campaignId: unknown campaign")
         if body.interaction_id is not None:
-            conversation = store.get_conversation(conn, tenant_id, body.interaction_id)
+            conversation = tx.messages.get_conversation(tenant_id, body.interaction_id)
             if conversation is None:
                 problems.append("interactionId: unknown conversation")
             elif conversation.lead_id != lead.lead_id:
@@ -137,7 +135,7 @@ def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
             to_e164(lead.phone, lead.country or runtime.config.defaults.region) if lead.phone else None)
         if recipient is None:
             problems.append("to: required: the lead has no phone number on file")
-        sms: SmsConfig | None = catalog.get_sms_config(conn, tenant_id)
+        sms: SmsConfig | None = tx.catalog.get_sms_config(tenant_id)
         resolved_campaign = campaign.campaign_id if campaign is not None else None
         agent = campaign.campaign_ai_agents.rep if campaign is not None else None
         sender = sms_rules.resolve_sender(sms, resolved_campaign, agent.agent_id if agent else None, body.sender)
@@ -146,7 +144,7 @@ def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
         if problems:
             raise ValidationFailed(problems)
         choice = sms_rules.resolve_provider(sms, resolved_campaign, runtime.config.sms.default_provider)
-        credentials = _credentials(runtime, conn, tenant_id, choice)
+        credentials = _credentials(runtime, tx, tenant_id, choice)
     assert recipient is not None and sender.number is not None
     own_url = choice.provider.base_url if choice.provider is not None else None
     return _Plan(lead_id=lead.lead_id, recipient=recipient, sender=sender.number, provider=choice,
@@ -190,28 +188,28 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
     now = iso(runtime.clock.now())
     message_id = new_id("msg")
 
-    def open_unit(conn) -> str:
+    def open_unit(tx) -> str:
         if body.interaction_id is not None:
-            conversation = store.get_conversation(conn, tenant_id, body.interaction_id)
+            conversation = tx.messages.get_conversation(tenant_id, body.interaction_id)
             if conversation is None or conversation.lead_id != plan.lead_id:
                 raise ValidationFailed(["interactionId: unknown conversation"])
         else:
-            conversation = store.open_conversation(conn, tenant_id, plan.lead_id, plan.sender)
+            conversation = tx.messages.open_conversation(tenant_id, plan.lead_id, plan.sender)
             if conversation is None:
-                conversation = store.Conversation(
+                conversation = Conversation(
                     interaction_id=new_id("int"), lead_id=plan.lead_id, sender=plan.sender,
                     recipient=plan.recipient, status="open", message_count=0, created_at=now, updated_at=now)
-                store.insert_conversation(conn, tenant_id, conversation)
-        store.insert_message(conn, tenant_id, store.Message(
+                tx.messages.insert_conversation(tenant_id, conversation)
+        tx.messages.insert_message(tenant_id, Message(
             message_id=message_id, interaction_id=conversation.interaction_id, lead_id=plan.lead_id,
             direction="outbound", sender=plan.sender, recipient=plan.recipient, body=body.message,
             encoding=segments.encoding, segments=segments.count, provider_id=plan.provider.provider_id,
             provider_type=plan.provider.type, provider_message_id=None, provider_status=None, status="sending",
             reason=None, created_at=now, updated_at=now))
-        store.count_message(conn, conversation.interaction_id, now)
+        tx.messages.count_message(conversation.interaction_id, now)
         return conversation.interaction_id
 
-    interaction_id = await runtime.db.write(open_unit, may_refuse=True)
+    interaction_id = await runtime.store.write(open_unit, may_refuse=True)
     result = await _deliver(runtime, registry, plan, body.message)
     status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
     secret_values = [v for k, v in plan.credentials.items() if k != "accountSid"]
@@ -219,8 +217,7 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
     reason = None if result.accepted else scrubber(result.reason or "the provider did not accept the message")
     provider_message_id = scrubber(result.provider_message_id or None) if result.accepted else None
     finished = iso(runtime.clock.now())
-    await runtime.db.write(lambda conn: store.finish_message(
-        conn, tenant_id, message_id, status=status, provider_message_id=provider_message_id,
+    await runtime.store.write(lambda tx: tx.messages.finish_message(tenant_id, message_id, status=status, provider_message_id=provider_message_id,
         provider_status=scrubber(result.status), reason=reason, now=finished))
     if not result.accepted:
         raise ProviderError([reason or "", f"messageId: {message_id} stored with status {status}"])

@@ -14,7 +14,7 @@ from appliance.clock import iso
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
 from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.runtime import Runtime
-from appliance.storage import catalog, secrets, tenants
+from appliance.storage import DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS
 
 
 class AdminError(Exception):
@@ -41,24 +41,24 @@ def create_tenant(runtime: Runtime, name: str) -> str:
         raise AdminError("name: must not be empty")
     now = iso(runtime.clock.now())
 
-    def unit(conn):
-        tenant_id = tenants.create_tenant(conn, name.strip(), now)
+    def unit(tx):
+        tenant_id = tx.tenants.create_tenant(name.strip(), now)
         for entry in STANDARD_FIELDS:
-            catalog.upsert_field(conn, tenant_id, entry, now)
+            tx.catalog.upsert_field(tenant_id, entry, now)
         return tenant_id
 
-    return runtime.db.write_sync(unit)
+    return runtime.store.write_sync(unit)
 
 
 def _require_tenant(runtime: Runtime, tenant_id: str) -> None:
-    if not tenants.tenant_exists(runtime.db.reader(), tenant_id):
+    if not runtime.store.reader().tenants.tenant_exists(tenant_id):
         raise AdminError(f"tenant {tenant_id} does not exist")
 
 
 def _source_ids(runtime: Runtime, tenant_id: str) -> set[str]:
     return {
         source.source_id
-        for campaign in catalog.all_campaigns(runtime.db.reader(), tenant_id)
+        for campaign in runtime.store.reader().catalog.all_campaigns(tenant_id)
         for source in campaign.ingestion.sources
     }
 
@@ -72,45 +72,45 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
     prefix = apikeys.display_prefix(key)
     now = iso(runtime.clock.now())
 
-    def unit(conn):
-        key_id = tenants.insert_key(conn, tenant_id=tenant_id, name=name, kind=kind, source_id=source_id,
-                                    prefix=prefix, key_hash=apikeys.key_hash(key), now=now)
+    def unit(tx):
+        key_id = tx.tenants.insert_key(tenant_id=tenant_id, name=name, kind=kind, source_id=source_id,
+                                       prefix=prefix, key_hash=apikeys.key_hash(key), now=now)
         if source_id:
-            catalog.refresh_public_docs(conn, tenant_id)
-            tenants.bump_config_rev(conn, tenant_id)  # campaigns now show another keyPrefix
+            tx.catalog.refresh_public_docs(tenant_id)
+            tx.tenants.bump_config_rev(tenant_id)  # campaigns now show another keyPrefix
         return key_id
 
-    key_id = runtime.db.write_sync(unit)
+    key_id = runtime.store.write_sync(unit)
     if source_id:
-        runtime.db.announce_admin_change()
+        runtime.store.announce_admin_change()
     return NewKey(key_id=key_id, key=key, prefix=prefix, tenant_id=tenant_id, kind=kind, source_id=source_id, name=name)
 
 
 def revoke_key(runtime: Runtime, key_id: str) -> None:
     now = iso(runtime.clock.now())
 
-    def unit(conn):
-        tenant_id = tenants.key_tenant(conn, key_id)
+    def unit(tx):
+        tenant_id = tx.tenants.key_tenant(key_id)
         if tenant_id is None:
             raise AdminError(f"key {key_id} does not exist")
-        tenants.revoke_key(conn, key_id, now)
-        catalog.refresh_public_docs(conn, tenant_id)
-        tenants.bump_config_rev(conn, tenant_id)
+        tx.tenants.revoke_key(key_id, now)
+        tx.catalog.refresh_public_docs(tenant_id)
+        tx.tenants.bump_config_rev(tenant_id)
 
-    runtime.db.write_sync(unit, may_refuse=True)
-    runtime.db.announce_admin_change()
+    runtime.store.write_sync(unit, may_refuse=True)
+    runtime.store.announce_admin_change()
 
 
 def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, int]:
     """Validate the whole bundle first, then upsert it in one transaction. Plaintext secrets are
     sealed before they reach storage; a source `apiKey` becomes that source's key."""
     _require_tenant(runtime, tenant_id)
-    reader = runtime.db.reader()
+    reader = runtime.store.reader()
     bundle = load_bundle(
         raw, fmt,
-        known_value_sets=frozenset(catalog.doc_ids(reader, catalog.VALUE_SETS, tenant_id)),
-        known_endpoints=frozenset(catalog.doc_ids(reader, catalog.DELIVERY_ENDPOINTS, tenant_id)),
-        known_campaigns=frozenset(catalog.campaign_ids(reader, tenant_id)),
+        known_value_sets=frozenset(reader.catalog.doc_ids(VALUE_SETS, tenant_id)),
+        known_endpoints=frozenset(reader.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)),
+        known_campaigns=frozenset(reader.catalog.campaign_ids(tenant_id)),
     )
     unsendable = _unsendable_urls(bundle)
     if unsendable:
@@ -126,37 +126,37 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
     ]
     now = iso(runtime.clock.now())
 
-    def unit(conn):
+    def unit(tx):
         for source_id, plain in source_keys:
             digest = apikeys.key_hash(plain)
-            owner = tenants.key_owner_by_hash(conn, digest)
+            owner = tx.tenants.key_owner_by_hash(digest)
             if owner is None:
-                tenants.insert_key(conn, tenant_id=tenant_id, name=f"imported for {source_id}", kind="source",
-                                   source_id=source_id, prefix=apikeys.display_prefix(plain), key_hash=digest, now=now)
+                tx.tenants.insert_key(tenant_id=tenant_id, name=f"imported for {source_id}", kind="source",
+                                      source_id=source_id, prefix=apikeys.display_prefix(plain), key_hash=digest, now=now)
             elif owner != (tenant_id, source_id):
                 raise AdminError(f"the apiKey of source {source_id} is already in use by another key")
         for ref, blob in sealed.items():
-            secrets.put_sealed(conn, tenant_id, ref, blob, now)
+            tx.secrets.put(tenant_id, ref, blob, now)
         for item in bundle.value_sets:
-            catalog.upsert_doc(conn, catalog.VALUE_SETS, tenant_id, item.value_set_id, item, None)
+            tx.catalog.upsert_doc(VALUE_SETS, tenant_id, item.value_set_id, item, None)
         for item in bundle.questionnaires:
-            catalog.upsert_doc(conn, catalog.QUESTIONNAIRES, tenant_id, item.questionnaire_id, item, now)
+            tx.catalog.upsert_doc(QUESTIONNAIRES, tenant_id, item.questionnaire_id, item, now)
         for entry in bundle.field_library:
-            catalog.upsert_field(conn, tenant_id, entry, now)
+            tx.catalog.upsert_field(tenant_id, entry, now)
         for endpoint in bundle.delivery_endpoints:
-            catalog.upsert_doc(conn, catalog.DELIVERY_ENDPOINTS, tenant_id, endpoint.delivery_endpoint_id, endpoint, None)
+            tx.catalog.upsert_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint.delivery_endpoint_id, endpoint, None)
         for pixel in bundle.pixels:
-            catalog.upsert_doc(conn, catalog.PIXELS, tenant_id, pixel.pixel_id, pixel, None,
-                               extra={"platform": pixel.platform})
+            tx.catalog.upsert_doc(PIXELS, tenant_id, pixel.pixel_id, pixel, None,
+                                  extra={"platform": pixel.platform})
         if bundle.sms is not None:
-            catalog.put_sms_config(conn, tenant_id, bundle.sms)
+            tx.catalog.put_sms_config(tenant_id, bundle.sms)
         for campaign in bundle.campaigns:
-            catalog.upsert_campaign(conn, tenant_id, campaign, now)
-        catalog.refresh_public_docs(conn, tenant_id)
-        tenants.bump_config_rev(conn, tenant_id)
+            tx.catalog.upsert_campaign(tenant_id, campaign, now)
+        tx.catalog.refresh_public_docs(tenant_id)
+        tx.tenants.bump_config_rev(tenant_id)
 
-    runtime.db.write_sync(unit, may_refuse=True)
-    runtime.db.announce_admin_change()
+    runtime.store.write_sync(unit, may_refuse=True)
+    runtime.store.announce_admin_change()
     return {
         "campaigns": len(bundle.campaigns), "questionnaires": len(bundle.questionnaires),
         "fieldLibrary": len(bundle.field_library), "valueSets": len(bundle.value_sets),
@@ -178,14 +178,14 @@ def _unsendable_urls(bundle: TenantBundle) -> list[str]:
     return problems
 
 
-def _sealed_without_secret(conn, tenant_id: str, bundle: TenantBundle, plaintexts: dict[str, str]) -> list[str]:
+def _sealed_without_secret(tx, tenant_id: str, bundle: TenantBundle, plaintexts: dict[str, str]) -> list[str]:
     """`***` in an endpoint keeps the credential stored before (an export shows them so); where
     none is stored, the endpoint could never be sent."""
     problems = []
     for i, endpoint in enumerate(bundle.delivery_endpoints):
         for field in sealed_fields(endpoint):
             ref = endpoint_secret_ref(endpoint.delivery_endpoint_id, field)
-            if field not in AUTH_FIELDS and ref not in plaintexts and secrets.get_sealed(conn, tenant_id, ref) is None:
+            if field not in AUTH_FIELDS and ref not in plaintexts and tx.secrets.get(tenant_id, ref) is None:
                 problems.append(f"deliveryEndpoints[{i}].{field}: is {SEALED}, which keeps a stored credential, "
                                 "and none is stored; give the value")
     return problems
@@ -195,15 +195,15 @@ def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:
     """Everything but secrets: they stay sealed in this install, and importing the export back
     leaves them as they are."""
     _require_tenant(runtime, tenant_id)
-    conn = runtime.db.reader()
+    tx = runtime.store.reader()
     return TenantBundle(
-        campaigns=catalog.all_campaigns(conn, tenant_id),
-        questionnaires=catalog.load_docs(conn, catalog.QUESTIONNAIRES, tenant_id),
-        field_library=catalog.load_docs(conn, catalog.FIELD_LIBRARY, tenant_id),
-        value_sets=catalog.load_docs(conn, catalog.VALUE_SETS, tenant_id),
-        delivery_endpoints=catalog.load_docs(conn, catalog.DELIVERY_ENDPOINTS, tenant_id),
-        sms=catalog.get_sms_config(conn, tenant_id),
-        pixels=catalog.load_docs(conn, catalog.PIXELS, tenant_id),
+        campaigns=tx.catalog.all_campaigns(tenant_id),
+        questionnaires=tx.catalog.load_docs(QUESTIONNAIRES, tenant_id),
+        field_library=tx.catalog.load_docs(FIELD_LIBRARY, tenant_id),
+        value_sets=tx.catalog.load_docs(VALUE_SETS, tenant_id),
+        delivery_endpoints=tx.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id),
+        sms=tx.catalog.get_sms_config(tenant_id),
+        pixels=tx.catalog.load_docs(PIXELS, tenant_id),
     )
 
 

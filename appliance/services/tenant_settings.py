@@ -11,8 +11,7 @@ from appliance.domain.catalog import FieldLibraryEntry
 from appliance.domain.pipeline import usable
 from appliance.domain.rules import prepare_value_sets
 from appliance.errors import ValidationFailed
-from appliance.storage import catalog
-from appliance.storage.db import Database
+from appliance.storage import FIELD_LIBRARY, VALUE_SETS, Store
 
 
 @dataclass(frozen=True)
@@ -40,13 +39,13 @@ def _has_rules(entry: FieldLibraryEntry) -> bool:
                              or (entry.category in ("question", "custom") and entry.data_type != "string"))
 
 
-def load_settings(db: Database, tenant_id: str, rev: int) -> TenantSettings:
-    conn = db.reader()
-    entries: list[FieldLibraryEntry] = catalog.load_docs(conn, catalog.FIELD_LIBRARY, tenant_id)
-    value_sets = {vs.value_set_id: vs.values for vs in catalog.load_docs(conn, catalog.VALUE_SETS, tenant_id)}
+def load_settings(store: Store, tenant_id: str, rev: int) -> TenantSettings:
+    tx = store.reader()
+    entries: list[FieldLibraryEntry] = tx.catalog.load_docs(FIELD_LIBRARY, tenant_id)
+    value_sets = {vs.value_set_id: vs.values for vs in tx.catalog.load_docs(VALUE_SETS, tenant_id)}
     return TenantSettings(
         rev=rev,
-        campaigns={c.campaign_id: c for c in catalog.all_campaigns(conn, tenant_id)},
+        campaigns={c.campaign_id: c for c in tx.catalog.all_campaigns(tenant_id)},
         value_sets=prepare_value_sets(value_sets),
         labels={e.key: e.question or e.label for e in entries if e.active},
         checked_fields=[e for e in entries if _has_rules(e)],
@@ -54,12 +53,12 @@ def load_settings(db: Database, tenant_id: str, rev: int) -> TenantSettings:
 
 
 class SettingsCache:
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, store: Store) -> None:
+        self._store = store
         self._by_tenant: dict[str, TenantSettings] = {}
 
     def get(self, tenant_id: str, rev: int) -> TenantSettings:
         cached = self._by_tenant.get(tenant_id)
         if cached is None or cached.rev != rev:
-            cached = self._by_tenant[tenant_id] = load_settings(self._db, tenant_id, rev)
+            cached = self._by_tenant[tenant_id] = load_settings(self._store, tenant_id, rev)
         return cached

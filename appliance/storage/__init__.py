@@ -1,1 +1,23 @@
-"""Everything that touches the database lives below this package; no SQL anywhere else."""
+"""Everything that touches the database lives below this package; no SQL anywhere else.
+
+The rest of the appliance imports only what this module exports: the store and its sessions
+(store.py), the errors, and the records and query shapes the repositories take and return."""
+
+from appliance.storage.activity import ActivityRow
+from appliance.storage.catalog import (
+    DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, CampaignFilter,
+)
+from appliance.storage.db import StorageError, inspect_backup, restore_database
+from appliance.storage.jobs import Job
+from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
+from appliance.storage.ledger import LedgerEntry
+from appliance.storage.messages import Conversation, Message
+from appliance.storage.migrations import MIGRATIONS
+from appliance.storage.store import Session, Store, Unit
+from appliance.storage.tenants import KeyListing, KeyRecord
+
+__all__ = [
+    "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
+    "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerEntry",
+    "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "restore_database",
+]

@@ -11,30 +11,36 @@ ActivityRow = tuple[str, str | None, str | None, str, str, int, float, str]
 # (at, tenant_id, key_id, method, route, status, duration_ms, request_id)
 
 
-def append_activity(conn: apsw.Connection, rows: Sequence[ActivityRow]) -> None:
-    conn.executemany(
-        "INSERT INTO activity_log(at, tenant_id, key_id, method, route, status, duration_ms, request_id)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        rows,
-    )
-    last_used: dict[str, str] = {}
-    for at, _, key_id, *_ in rows:
-        if key_id:
-            last_used[key_id] = at
-    conn.executemany(
-        "UPDATE api_keys SET last_used_at = ? WHERE key_id = ?",
-        [(at, key_id) for key_id, at in last_used.items()],
-    )
+class Activity:
+    """The activity log and keys' lastUsedAt."""
 
+    __slots__ = ("_conn",)
 
-def recent_activity(conn: apsw.Connection, tenant_id: str, limit: int = 100) -> list[tuple]:
-    return conn.execute(
-        "SELECT at, key_id, method, route, status, duration_ms, request_id FROM activity_log"
-        " WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
-        (tenant_id, limit),
-    ).fetchall()
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
 
+    def append(self, rows: Sequence[ActivityRow]) -> None:
+        self._conn.executemany(
+            "INSERT INTO activity_log(at, tenant_id, key_id, method, route, status, duration_ms, request_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
+        last_used: dict[str, str] = {}
+        for at, _, key_id, *_ in rows:
+            if key_id:
+                last_used[key_id] = at
+        self._conn.executemany(
+            "UPDATE api_keys SET last_used_at = ? WHERE key_id = ?",
+            [(at, key_id) for key_id, at in last_used.items()],
+        )
 
-def purge_activity(conn: apsw.Connection, before: str) -> int:
-    conn.execute("DELETE FROM activity_log WHERE at < ?", (before,))
-    return conn.changes()
+    def recent(self, tenant_id: str, limit: int = 100) -> list[tuple]:
+        return self._conn.execute(
+            "SELECT at, key_id, method, route, status, duration_ms, request_id FROM activity_log"
+            " WHERE tenant_id = ? ORDER BY id DESC LIMIT ?",
+            (tenant_id, limit),
+        ).fetchall()
+
+    def purge(self, before: str) -> int:
+        self._conn.execute("DELETE FROM activity_log WHERE at < ?", (before,))
+        return self._conn.changes()

@@ -29,7 +29,8 @@ from typing import Any, NamedTuple, TypeVar
 import apsw
 
 from appliance.private_paths import private_file
-from appliance.storage import migrations, secrets
+from appliance.storage.migrations import apply as apply_migrations
+from appliance.storage.secrets import Secrets
 from appliance.storage.change_signal import ChangeSignal, open_signal
 
 log = logging.getLogger("appliance.storage")
@@ -93,7 +94,7 @@ class Database:
         try:
             conn = apsw.Connection(str(self.path))
             _configure(conn, self.synchronous)
-            migrations.apply(conn)
+            apply_migrations(conn)
         except apsw.Error as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from None
         self._write_conn = conn
@@ -133,6 +134,12 @@ class Database:
         else:
             log.warning("could not signal the change to running servers (%s-changes is not writable): "
                         "they see it within a second", self.path.name)
+
+    @property
+    def write_connection(self) -> apsw.Connection:
+        """The one write connection (open): units get it through their group's transaction."""
+        assert self._write_conn is not None, "the database is not open"
+        return self._write_conn
 
     def __enter__(self) -> "Database":
         return self.open()
@@ -493,7 +500,7 @@ def inspect_backup(path: Path) -> str | None:
             raise StorageError(f"backup {path} fails its integrity check: {verdict}")
         if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'").fetchone() is None:
             raise StorageError(f"{path} is a database, but not an appliance's")
-        return secrets.key_id_in_use(conn)
+        return Secrets(conn).key_id_in_use()
     except apsw.Error as exc:
         raise StorageError(f"backup {path} is not a readable database: {exc}") from None
     finally:

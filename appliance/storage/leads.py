@@ -1,8 +1,8 @@
-"""Leads, submissions, delivery jobs, ledger entries and cap counters."""
+"""Leads and their submissions."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import apsw
@@ -23,71 +23,6 @@ def _names(lead: LeadRecord) -> str:
     return " ".join(part for part in (lead.first_name, lead.last_name) if part)
 
 
-# ---- leads ----------------------------------------------------------------------------------
-
-def insert_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
-    conn.execute(
-        "INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
-        " status, email, phone_e164, is_test, created_at, updated_at, doc)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
-         lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
-         lead.updated_at, _LEADS.pack(lead)),
-    )
-    names = _names(lead)
-    if names:
-        conn.execute("INSERT INTO leads_names(rowid, name) VALUES (last_insert_rowid(), ?)", (names,))
-
-
-def update_lead(conn: apsw.Connection, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
-    conn.execute(
-        "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
-        " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
-        (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
-         lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
-    )
-    if names_changed:
-        (rowid,) = conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
-        conn.execute("DELETE FROM leads_names WHERE rowid = ?", (rowid,))
-        if names := _names(lead):
-            conn.execute("INSERT INTO leads_names(rowid, name) VALUES (?, ?)", (rowid, names))
-
-
-def get_lead(conn: apsw.Connection, tenant_id: str, lead_id: str) -> LeadRecord | None:
-    found = conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
-                         (lead_id, tenant_id)).fetchone()
-    return _LEADS.unpack(found) if found else None
-
-
-def get_leads(conn: apsw.Connection, tenant_id: str, lead_ids: Sequence[str]) -> list[LeadRecord]:
-    found: list[LeadRecord] = []
-    for start in range(0, len(lead_ids), 500):
-        chunk = lead_ids[start:start + 500]
-        marks = ",".join("?" * len(chunk))
-        found.extend(
-            _LEADS.unpack(row) for row in conn.execute(
-                f"SELECT {_LEAD_ROW} FROM leads l WHERE tenant_id = ? AND lead_id IN ({marks})", (tenant_id, *chunk))
-        )
-    return found
-
-
-def earlier_leads(conn: apsw.Connection, tenant_id: str, intake_campaign_id: str, email: str | None,
-                  phone_e164: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
-    """Live (not duplicate, not test) leads posted to the campaign since `since`, sharing the email
-    or the phone: (leadId, email, phoneE164, createdAt), oldest first."""
-    rows: dict[str, tuple] = {}
-    for column, value in (("email", email), ("phone_e164", phone_e164)):
-        if not value:
-            continue
-        for row in conn.execute(
-            f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {column} = ?"
-            " AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate' AND is_test = 0",
-            (tenant_id, value, since, intake_campaign_id),
-        ):
-            rows[row[0]] = row
-    return sorted(rows.values())
-
-
 @dataclass(frozen=True)
 class LeadFilter:
     campaign_ids: tuple[str, ...] = ()
@@ -102,238 +37,195 @@ class LeadFilter:
     before_id: str | None = None   # upper id bound (endDate or the cursor), exclusive
 
 
-# ---- submissions ----------------------------------------------------------------------------
-
-def insert_submission(conn: apsw.Connection, tenant_id: str, submission: Submission) -> None:
-    conn.execute(
-        "INSERT INTO submissions(submission_id, tenant_id, lead_id, submission_number, campaign_id, status,"
-        " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
-         submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
-         submission.updated_at, _SUBMISSIONS.pack(submission)),
-    )
-
-
-def update_submission(conn: apsw.Connection, tenant_id: str, submission: Submission) -> None:
-    conn.execute(
-        "UPDATE submissions SET campaign_id = ?, status = ?, flow_type = ?, updated_at = ?, doc = ?"
-        " WHERE submission_id = ? AND tenant_id = ?",
-        (submission.campaign.campaign_id, submission.status, submission.flow_type, submission.updated_at,
-         _SUBMISSIONS.pack(submission), submission.submission_id, tenant_id),
-    )
-
-
-def get_submission(conn: apsw.Connection, tenant_id: str, submission_id: str) -> Submission | None:
-    found = conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
-        (submission_id, tenant_id)
-    ).fetchone()
-    return _SUBMISSIONS.unpack(found) if found else None
-
-
-def submissions_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[Submission]:
-    return [_SUBMISSIONS.unpack(row) for row in conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
-        (lead_id, tenant_id))]
-
-
-def latest_submission(conn: apsw.Connection, tenant_id: str, lead_id: str) -> Submission | None:
-    found = conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ?"
-        " ORDER BY submission_number DESC LIMIT 1", (lead_id, tenant_id)).fetchone()
-    return _SUBMISSIONS.unpack(found) if found else None
-
-
-# ---- jobs, ledger, counters -------------------------------------------------------------------
-
-def insert_job(conn: apsw.Connection, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
-               due_at: str, now: str, state: str = "ready") -> int:
-    conn.execute(
-        "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (tenant_id, kind, lead_id, submission_id, state, due_at, now, now),
-    )
-    return conn.last_insert_rowid()
-
-
-def cancel_open_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int:
-    """Cancel the submission's waiting and running jobs. A running attempt finishes its call, but
-    the worker then records nothing over the lead and never retries a cancelled job."""
-    conn.execute(
-        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ?"
-        " AND state IN ('ready', 'held', 'running')",
-        (now, submission_id),
-    )
-    return conn.changes()
-
-
-def cancel_waiting_jobs(conn: apsw.Connection, submission_id: str, now: str) -> int:
-    """Cancel the submission's jobs that have not started; a running one goes on."""
-    conn.execute(
-        "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ? AND state IN ('ready', 'held')",
-        (now, submission_id),
-    )
-    return conn.changes()
-
-
-def has_open_job(conn: apsw.Connection, submission_id: str, kind: str) -> bool:
-    """Whether a job of `kind` for the submission waits or runs."""
-    return conn.execute(
-        "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state IN ('ready', 'held', 'running') LIMIT 1",
-        (submission_id, kind),
-    ).fetchone() is not None
-
-
-def jobs_of(conn: apsw.Connection, submission_id: str) -> list[tuple[str, str, str]]:
-    return conn.execute(
-        "SELECT kind, state, due_at FROM jobs WHERE submission_id = ? ORDER BY job_id", (submission_id,)
-    ).fetchall()
-
-
-@dataclass(frozen=True)
-class LedgerEntry:
-    kind: str
-    lead_status: str
-    amount: float
-    currency: str
-    campaign_id: str | None
-    source_id: str | None
-
-
-def insert_ledger(conn: apsw.Connection, tenant_id: str, lead_id: str, submission_id: str,
-                  entries: Iterable[LedgerEntry], now: str) -> None:
-    conn.executemany(
-        "INSERT INTO ledger(tenant_id, lead_id, submission_id, kind, lead_status, amount, currency, campaign_id,"
-        " source_id, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [(tenant_id, lead_id, submission_id, e.kind, e.lead_status, e.amount, e.currency, e.campaign_id,
-          e.source_id, now) for e in entries],
-    )
-
-
-def ledger_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[tuple]:
-    return conn.execute(
-        "SELECT kind, lead_status, amount, currency, campaign_id, source_id FROM ledger"
-        " WHERE tenant_id = ? AND lead_id = ? ORDER BY entry_id", (tenant_id, lead_id)).fetchall()
-
-
-def counter_value(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> int:
-    found = conn.execute(
-        "SELECT count FROM cap_counters WHERE tenant_id = ? AND scope = ? AND period_start = ?",
-        (tenant_id, scope, period_start)).fetchone()
-    return found[0] if found else 0
-
-
-def add_to_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> None:
-    conn.execute(
-        "INSERT INTO cap_counters(tenant_id, scope, period_start, count) VALUES (?, ?, ?, 1)"
-        " ON CONFLICT(tenant_id, scope, period_start) DO UPDATE SET count = count + 1",
-        (tenant_id, scope, period_start),
-    )
-
-
-# ---- reads for the leads and submissions API (documents as the JSON the API returns) ----------
-
-def lead_exists(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bool:
-    return conn.execute("SELECT 1 FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone() is not None
-
-
 # Name searches with fewer FTS matches than this (all tenants) look every match up and sort them
 # (~4 us each); more common names walk the tenant's leads newest first instead (bench/volume.py).
 NAME_JOIN_MAX = 2000
 _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_client", "offer_id": "leads_by_offer"}
 
 
-def lead_page(conn: apsw.Connection, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
-    """One page of leads as (leadId, JSON document), newest first; ids are time-ordered, so date
-    bounds and the cursor are id bounds.
+class Leads:
+    """Leads and their submissions: the records and the documents the API returns."""
 
-    Plans that stay good without planner statistics: a name search looks its FTS matches (every
-    tenant's) up when they are few and otherwise walks the tenant's leads newest first keeping
-    the matches; email and phone use their index by name; several campaign, client
-    or offer ids become one ordered index walk per id, each stopping at `limit`, merged."""
-    clauses, params = ["l.tenant_id = ?"], [tenant_id]
-    source = "leads l"
-    lists = {"campaign_id": where.campaign_ids, "client_id": where.client_ids, "offer_id": where.offer_ids}
-    exact = where.name_query is not None or where.email is not None or where.phone_e164 is not None \
-        or where.lead_id is not None
-    driver = None if exact else next((c for c, values in lists.items() if len(values) > 1), None)
-    for column, values in lists.items():
-        if values and column != driver:
-            clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
-            params.extend(values)
-    for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
-                          ("lead_id", where.lead_id)):
-        if value is not None:
-            clauses.append(f"l.{column} = ?")
-            params.append(value)
-    if where.after_id is not None:
-        clauses.append("l.lead_id >= ?")
-        params.append(where.after_id)
-    if where.before_id is not None:
-        clauses.append("l.lead_id < ?")
-        params.append(where.before_id)
-    if where.name_query is not None:
-        few = conn.execute("SELECT count(*) FROM (SELECT 1 FROM leads_names WHERE leads_names MATCH ? LIMIT ?)",
-                           (where.name_query, NAME_JOIN_MAX)).fetchone()[0] < NAME_JOIN_MAX
-        if few:  # look each match up, sort them
-            source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
-            clauses.append("leads_names MATCH ?")
-        else:  # walk the tenant's leads newest first, keeping those in the (hashed) set of matches
-            source = "leads l INDEXED BY leads_by_tenant"
-            clauses.append("l.rowid IN (SELECT rowid FROM leads_names WHERE leads_names MATCH ?)")
-        params.append(where.name_query)
-    elif where.email is not None:
-        # Without planner statistics (a new database, or a connection opened before the last
-        # ANALYZE) SQLite walks leads_by_tenant to skip the sort: every lead of the tenant.
-        source = "leads l INDEXED BY leads_by_email"
-    elif where.phone_e164 is not None:
-        source = "leads l INDEXED BY leads_by_phone"
-    if driver is not None:
-        arm = (f"SELECT * FROM (SELECT {_LEAD_ROW} FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
-               f" WHERE {' AND '.join(clauses)} AND l.{driver} = ? ORDER BY l.lead_id DESC LIMIT ?)")
-        values = lists[driver]
-        arm_params: list = []
-        for value in values:
-            arm_params += [*params, value, limit]
-        rows = conn.execute(" UNION ALL ".join([arm] * len(values)) + " ORDER BY 1 DESC LIMIT ?",
-                            [*arm_params, limit])
-    else:
-        params.append(limit)
-        rows = conn.execute(
-            f"SELECT {_LEAD_ROW} FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)
-    return [(row[0], _LEADS.json_of(row)) for row in rows]
+    __slots__ = ("_conn",)
 
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
 
-def lead_doc(conn: apsw.Connection, tenant_id: str, lead_id: str) -> bytes | None:
-    found = conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
-                         (lead_id, tenant_id)).fetchone()
-    return _LEADS.json_of(found) if found else None
+    def insert_lead(self, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
+        self._conn.execute(
+            "INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
+            " status, email, phone_e164, is_test, created_at, updated_at, doc)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
+             lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
+             lead.updated_at, _LEADS.pack(lead)),
+        )
+        names = _names(lead)
+        if names:
+            self._conn.execute("INSERT INTO leads_names(rowid, name) VALUES (last_insert_rowid(), ?)", (names,))
 
+    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
+        self._conn.execute(
+            "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
+            " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
+            (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
+             lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
+        )
+        if names_changed:
+            (rowid,) = self._conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
+            self._conn.execute("DELETE FROM leads_names WHERE rowid = ?", (rowid,))
+            if names := _names(lead):
+                self._conn.execute("INSERT INTO leads_names(rowid, name) VALUES (?, ?)", (rowid, names))
 
-def submission_docs_of(conn: apsw.Connection, tenant_id: str, lead_id: str) -> list[bytes]:
-    return [_SUBMISSIONS.json_of(row) for row in conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
-        (lead_id, tenant_id))]
+    def get_lead(self, tenant_id: str, lead_id: str) -> LeadRecord | None:
+        found = self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
+                                   (lead_id, tenant_id)).fetchone()
+        return _LEADS.unpack(found) if found else None
 
+    def get_leads(self, tenant_id: str, lead_ids: Sequence[str]) -> list[LeadRecord]:
+        found: list[LeadRecord] = []
+        for start in range(0, len(lead_ids), 500):
+            chunk = lead_ids[start:start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.extend(
+                _LEADS.unpack(row) for row in self._conn.execute(
+                    f"SELECT {_LEAD_ROW} FROM leads l WHERE tenant_id = ? AND lead_id IN ({marks})", (tenant_id, *chunk))
+            )
+        return found
 
-def submission_doc(conn: apsw.Connection, tenant_id: str, submission_id: str) -> bytes | None:
-    found = conn.execute(
-        f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
-        (submission_id, tenant_id)
-    ).fetchone()
-    return _SUBMISSIONS.json_of(found) if found else None
+    def earlier_leads(self, tenant_id: str, intake_campaign_id: str, email: str | None,
+                      phone_e164: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
+        """Live (not duplicate, not test) leads posted to the campaign since `since`, sharing the email
+        or the phone: (leadId, email, phoneE164, createdAt), oldest first."""
+        rows: dict[str, tuple] = {}
+        for column, value in (("email", email), ("phone_e164", phone_e164)):
+            if not value:
+                continue
+            for row in self._conn.execute(
+                f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {column} = ?"
+                " AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate' AND is_test = 0",
+                (tenant_id, value, since, intake_campaign_id),
+            ):
+                rows[row[0]] = row
+        return sorted(rows.values())
 
+    def insert_submission(self, tenant_id: str, submission: Submission) -> None:
+        self._conn.execute(
+            "INSERT INTO submissions(submission_id, tenant_id, lead_id, submission_number, campaign_id, status,"
+            " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
+             submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
+             submission.updated_at, _SUBMISSIONS.pack(submission)),
+        )
 
-def latest_submission_number(conn: apsw.Connection, tenant_id: str, lead_id: str) -> int | None:
-    found = conn.execute(
-        "SELECT max(submission_number) FROM submissions WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)
-    ).fetchone()
-    return found[0] if found else None
+    def update_submission(self, tenant_id: str, submission: Submission) -> None:
+        self._conn.execute(
+            "UPDATE submissions SET campaign_id = ?, status = ?, flow_type = ?, updated_at = ?, doc = ?"
+            " WHERE submission_id = ? AND tenant_id = ?",
+            (submission.campaign.campaign_id, submission.status, submission.flow_type, submission.updated_at,
+             _SUBMISSIONS.pack(submission), submission.submission_id, tenant_id),
+        )
 
+    def get_submission(self, tenant_id: str, submission_id: str) -> Submission | None:
+        found = self._conn.execute(
+            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
+            (submission_id, tenant_id)
+        ).fetchone()
+        return _SUBMISSIONS.unpack(found) if found else None
 
-def take_from_counter(conn: apsw.Connection, tenant_id: str, scope: str, period_start: str) -> None:
-    """Give back a slot taken for a delivery that did not happen."""
-    conn.execute(
-        "UPDATE cap_counters SET count = max(count - 1, 0) WHERE tenant_id = ? AND scope = ? AND period_start = ?",
-        (tenant_id, scope, period_start),
-    )
+    def submissions_of(self, tenant_id: str, lead_id: str) -> list[Submission]:
+        return [_SUBMISSIONS.unpack(row) for row in self._conn.execute(
+            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+            (lead_id, tenant_id))]
+
+    def latest_submission(self, tenant_id: str, lead_id: str) -> Submission | None:
+        found = self._conn.execute(
+            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ?"
+            " ORDER BY submission_number DESC LIMIT 1", (lead_id, tenant_id)).fetchone()
+        return _SUBMISSIONS.unpack(found) if found else None
+
+    def lead_exists(self, tenant_id: str, lead_id: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM leads WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)).fetchone() is not None
+
+    def lead_page(self, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
+        """One page of leads as (leadId, JSON document), newest first; ids are time-ordered, so date
+        bounds and the cursor are id bounds.
+
+        Plans that stay good without planner statistics: a name search looks its FTS matches (every
+        tenant's) up when they are few and otherwise walks the tenant's leads newest first keeping
+        the matches; email and phone use their index by name; several campaign, client
+        or offer ids become one ordered index walk per id, each stopping at `limit`, merged."""
+        clauses, params = ["l.tenant_id = ?"], [tenant_id]
+        source = "leads l"
+        lists = {"campaign_id": where.campaign_ids, "client_id": where.client_ids, "offer_id": where.offer_ids}
+        exact = where.name_query is not None or where.email is not None or where.phone_e164 is not None \
+            or where.lead_id is not None
+        driver = None if exact else next((c for c, values in lists.items() if len(values) > 1), None)
+        for column, values in lists.items():
+            if values and column != driver:
+                clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
+                              ("lead_id", where.lead_id)):
+            if value is not None:
+                clauses.append(f"l.{column} = ?")
+                params.append(value)
+        if where.after_id is not None:
+            clauses.append("l.lead_id >= ?")
+            params.append(where.after_id)
+        if where.before_id is not None:
+            clauses.append("l.lead_id < ?")
+            params.append(where.before_id)
+        if where.name_query is not None:
+            few = self._conn.execute("SELECT count(*) FROM (SELECT 1 FROM leads_names WHERE leads_names MATCH ? LIMIT ?)",
+                                     (where.name_query, NAME_JOIN_MAX)).fetchone()[0] < NAME_JOIN_MAX
+            if few:  # look each match up, sort them
+                source = "leads_names n JOIN leads l ON l.rowid = n.rowid"
+                clauses.append("leads_names MATCH ?")
+            else:  # walk the tenant's leads newest first, keeping those in the (hashed) set of matches
+                source = "leads l INDEXED BY leads_by_tenant"
+                clauses.append("l.rowid IN (SELECT rowid FROM leads_names WHERE leads_names MATCH ?)")
+            params.append(where.name_query)
+        elif where.email is not None:
+            # Without planner statistics (a new database, or a connection opened before the last
+            # ANALYZE) SQLite walks leads_by_tenant to skip the sort: every lead of the tenant.
+            source = "leads l INDEXED BY leads_by_email"
+        elif where.phone_e164 is not None:
+            source = "leads l INDEXED BY leads_by_phone"
+        if driver is not None:
+            arm = (f"SELECT * FROM (SELECT {_LEAD_ROW} FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
+                   f" WHERE {' AND '.join(clauses)} AND l.{driver} = ? ORDER BY l.lead_id DESC LIMIT ?)")
+            values = lists[driver]
+            arm_params: list = []
+            for value in values:
+                arm_params += [*params, value, limit]
+            rows = self._conn.execute(" UNION ALL ".join([arm] * len(values)) + " ORDER BY 1 DESC LIMIT ?",
+                                      [*arm_params, limit])
+        else:
+            params.append(limit)
+            rows = self._conn.execute(
+                f"SELECT {_LEAD_ROW} FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)
+        return [(row[0], _LEADS.json_of(row)) for row in rows]
+
+    def lead_doc(self, tenant_id: str, lead_id: str) -> bytes | None:
+        found = self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
+                                   (lead_id, tenant_id)).fetchone()
+        return _LEADS.json_of(found) if found else None
+
+    def submission_docs_of(self, tenant_id: str, lead_id: str) -> list[bytes]:
+        return [_SUBMISSIONS.json_of(row) for row in self._conn.execute(
+            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE lead_id = ? AND tenant_id = ? ORDER BY submission_number",
+            (lead_id, tenant_id))]
+
+    def submission_doc(self, tenant_id: str, submission_id: str) -> bytes | None:
+        found = self._conn.execute(
+            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
+            (submission_id, tenant_id)
+        ).fetchone()
+        return _SUBMISSIONS.json_of(found) if found else None
+
+    def latest_submission_number(self, tenant_id: str, lead_id: str) -> int | None:
+        found = self._conn.execute(
+            "SELECT max(submission_number) FROM submissions WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)
+        ).fetchone()
+        return found[0] if found else None

@@ -1,18 +1,12 @@
-"""SMS conversations and messages, and the pixel lookup of pixels/fire."""
+"""SMS conversations and their messages."""
 
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass
 
 import apsw
-import msgspec
-
-from appliance.domain.messaging import Pixel
-
-_pixel_decoder = msgspec.json.Decoder(Pixel)
 
 
-# ---- conversations ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Conversation:
@@ -28,36 +22,6 @@ class Conversation:
 
 _CONVERSATION_COLUMNS = "interaction_id, lead_id, sender, recipient, status, message_count, created_at, updated_at"
 
-
-def get_conversation(conn: apsw.Connection, tenant_id: str, interaction_id: str) -> Conversation | None:
-    found = conn.execute(
-        f"SELECT {_CONVERSATION_COLUMNS} FROM sms_conversations WHERE interaction_id = ? AND tenant_id = ?",
-        (interaction_id, tenant_id)).fetchone()
-    return Conversation(*found) if found else None
-
-
-def open_conversation(conn: apsw.Connection, tenant_id: str, lead_id: str, sender: str) -> Conversation | None:
-    """The most recent open conversation of the lead from `sender`."""
-    found = conn.execute(
-        f"SELECT {_CONVERSATION_COLUMNS} FROM sms_conversations"
-        " WHERE tenant_id = ? AND lead_id = ? AND sender = ? AND status = 'open'"
-        " ORDER BY created_at DESC, interaction_id DESC LIMIT 1",
-        (tenant_id, lead_id, sender)).fetchone()
-    return Conversation(*found) if found else None
-
-
-def insert_conversation(conn: apsw.Connection, tenant_id: str, conversation: Conversation) -> None:
-    conn.execute(
-        f"INSERT INTO sms_conversations(tenant_id, {_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        (tenant_id, *astuple(conversation)))
-
-
-def count_message(conn: apsw.Connection, interaction_id: str, now: str) -> None:
-    conn.execute("UPDATE sms_conversations SET message_count = message_count + 1, updated_at = ?"
-                 " WHERE interaction_id = ?", (now, interaction_id))
-
-
-# ---- messages ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Message:
@@ -85,45 +49,65 @@ _MESSAGE_COLUMNS = ("message_id, interaction_id, lead_id, direction, sender, rec
                     " created_at, updated_at")
 
 
-def insert_message(conn: apsw.Connection, tenant_id: str, message: Message) -> None:
-    marks = ", ".join("?" * (len(astuple(message)) + 1))
-    conn.execute(f"INSERT INTO sms_messages(tenant_id, {_MESSAGE_COLUMNS}) VALUES ({marks})",
-                 (tenant_id, *astuple(message)))
+class Messages:
+    """SMS conversations and their messages."""
 
+    __slots__ = ("_conn",)
 
-def finish_message(conn: apsw.Connection, tenant_id: str, message_id: str, *, status: str,
-                   provider_message_id: str | None, provider_status: str | None, reason: str | None,
-                   now: str) -> None:
-    conn.execute(
-        "UPDATE sms_messages SET status = ?, provider_message_id = ?, provider_status = ?, reason = ?,"
-        " updated_at = ? WHERE message_id = ? AND tenant_id = ?",
-        (status, provider_message_id, provider_status, reason, now, message_id, tenant_id))
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
 
+    def get_conversation(self, tenant_id: str, interaction_id: str) -> Conversation | None:
+        found = self._conn.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM sms_conversations WHERE interaction_id = ? AND tenant_id = ?",
+            (interaction_id, tenant_id)).fetchone()
+        return Conversation(*found) if found else None
 
-def get_message(conn: apsw.Connection, tenant_id: str, message_id: str) -> Message | None:
-    found = conn.execute(f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE message_id = ? AND tenant_id = ?",
-                         (message_id, tenant_id)).fetchone()
-    return Message(*found) if found else None
+    def open_conversation(self, tenant_id: str, lead_id: str, sender: str) -> Conversation | None:
+        """The most recent open conversation of the lead from `sender`."""
+        found = self._conn.execute(
+            f"SELECT {_CONVERSATION_COLUMNS} FROM sms_conversations"
+            " WHERE tenant_id = ? AND lead_id = ? AND sender = ? AND status = 'open'"
+            " ORDER BY created_at DESC, interaction_id DESC LIMIT 1",
+            (tenant_id, lead_id, sender)).fetchone()
+        return Conversation(*found) if found else None
 
+    def insert_conversation(self, tenant_id: str, conversation: Conversation) -> None:
+        self._conn.execute(
+            f"INSERT INTO sms_conversations(tenant_id, {_CONVERSATION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (tenant_id, *astuple(conversation)))
 
-def messages_of(conn: apsw.Connection, tenant_id: str, interaction_id: str) -> list[Message]:
-    return [Message(*row) for row in conn.execute(
-        f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE interaction_id = ? AND tenant_id = ?"
-        " ORDER BY message_id", (interaction_id, tenant_id))]
+    def count_message(self, interaction_id: str, now: str) -> None:
+        self._conn.execute("UPDATE sms_conversations SET message_count = message_count + 1, updated_at = ?"
+                           " WHERE interaction_id = ?", (now, interaction_id))
 
+    def insert_message(self, tenant_id: str, message: Message) -> None:
+        marks = ", ".join("?" * (len(astuple(message)) + 1))
+        self._conn.execute(f"INSERT INTO sms_messages(tenant_id, {_MESSAGE_COLUMNS}) VALUES ({marks})",
+                           (tenant_id, *astuple(message)))
 
-# ---- pixels -----------------------------------------------------------------------------------
+    def finish_message(self, tenant_id: str, message_id: str, *, status: str,
+                       provider_message_id: str | None, provider_status: str | None, reason: str | None,
+                       now: str) -> None:
+        self._conn.execute(
+            "UPDATE sms_messages SET status = ?, provider_message_id = ?, provider_status = ?, reason = ?,"
+            " updated_at = ? WHERE message_id = ? AND tenant_id = ?",
+            (status, provider_message_id, provider_status, reason, now, message_id, tenant_id))
 
-def get_pixel(conn: apsw.Connection, tenant_id: str, pixel_id: str) -> Pixel | None:
-    found = conn.execute("SELECT doc FROM pixels WHERE tenant_id = ? AND pixel_id = ?",
-                         (tenant_id, pixel_id)).fetchone()
-    return _pixel_decoder.decode(found[0]) if found else None
+    def get_message(self, tenant_id: str, message_id: str) -> Message | None:
+        found = self._conn.execute(f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE message_id = ? AND tenant_id = ?",
+                                   (message_id, tenant_id)).fetchone()
+        return Message(*found) if found else None
 
+    def messages_of(self, tenant_id: str, interaction_id: str) -> list[Message]:
+        return [Message(*row) for row in self._conn.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE interaction_id = ? AND tenant_id = ?"
+            " ORDER BY message_id", (interaction_id, tenant_id))]
 
-def settle_interrupted(conn: apsw.Connection, started_before: str, reason: str, now: str) -> int:
-    """Messages still `sending` that were handed to a provider before `started_before`: the
-    process stopped during the call (a crash) or the call never ended. They become `error`, so no
-    message stays `sending` forever; a call that does end later still records its real status."""
-    conn.execute("UPDATE sms_messages SET status = 'error', reason = ?, updated_at = ?"
-                 " WHERE status = 'sending' AND created_at < ?", (reason, now, started_before))
-    return conn.changes()
+    def settle_interrupted(self, started_before: str, reason: str, now: str) -> int:
+        """Messages still `sending` that were handed to a provider before `started_before`: the
+        process stopped during the call (a crash) or the call never ended. They become `error`, so no
+        message stays `sending` forever; a call that does end later still records its real status."""
+        self._conn.execute("UPDATE sms_messages SET status = 'error', reason = ?, updated_at = ?"
+                           " WHERE status = 'sending' AND created_at < ?", (reason, now, started_before))
+        return self._conn.changes()

@@ -6,25 +6,31 @@ import apsw
 import msgspec
 
 
-def put_sealed(conn: apsw.Connection, tenant_id: str, ref: str, sealed: bytes, now: str) -> None:
-    conn.execute(
-        "INSERT INTO secrets(tenant_id, ref, sealed, updated_at) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT(tenant_id, ref) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at",
-        (tenant_id, ref, sealed, now),
-    )
+class Secrets:
+    """Sealed secrets by reference (sealing is crypto.py's; this stores the sealed bytes)."""
 
+    __slots__ = ("_conn",)
 
-def get_sealed(conn: apsw.Connection, tenant_id: str, ref: str) -> bytes | None:
-    found = conn.execute(
-        "SELECT sealed FROM secrets WHERE tenant_id = ? AND ref = ?", (tenant_id, ref)
-    ).fetchone()
-    return found[0] if found else None
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
 
+    def put(self, tenant_id: str, ref: str, sealed: bytes, now: str) -> None:
+        self._conn.execute(
+            "INSERT INTO secrets(tenant_id, ref, sealed, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT(tenant_id, ref) DO UPDATE SET sealed = excluded.sealed, updated_at = excluded.updated_at",
+            (tenant_id, ref, sealed, now),
+        )
 
-def key_id_in_use(conn: apsw.Connection) -> str | None:
-    """The master key id one stored secret was sealed under (every one is sealed under the same),
-    or None before the first secret."""
-    found = conn.execute("SELECT sealed FROM secrets LIMIT 1").fetchone()
-    if found is None:
-        return None
-    return msgspec.json.decode(found[0], type=dict).get("kmsKeyId")
+    def get(self, tenant_id: str, ref: str) -> bytes | None:
+        found = self._conn.execute(
+            "SELECT sealed FROM secrets WHERE tenant_id = ? AND ref = ?", (tenant_id, ref)
+        ).fetchone()
+        return found[0] if found else None
+
+    def key_id_in_use(self) -> str | None:
+        """The master key id one stored secret was sealed under (every one is sealed under the same),
+        or None before the first secret."""
+        found = self._conn.execute("SELECT sealed FROM secrets LIMIT 1").fetchone()
+        if found is None:
+            return None
+        return msgspec.json.decode(found[0], type=dict).get("kmsKeyId")

@@ -1,0 +1,154 @@
+"""The storage seam: what services, jobs, the API and the CLI use of storage.
+
+A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
+of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
+`tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`).
+Nothing above this package sees a connection, SQL or the database engine, so a second backend
+implements these two classes and its repositories and leaves the callers alone.
+
+Units of work: `await store.write(unit)` runs `unit(tx)` inside the next group transaction and
+returns once it is committed. A unit may run more than once before its group commits (a unit
+that raised sends its group round again), so it acts only through `tx` and leaves logging,
+counting and other effects to the caller, after the commit.
+
+Reads: `store.reader()` is this thread's session, each statement its own snapshot; `with
+store.reader() as tx:` makes the reads inside one transaction, all as of the same commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import apsw
+
+from appliance.storage.activity import Activity
+from appliance.storage.caps import Caps
+from appliance.storage.catalog import Catalog
+from appliance.storage.change_signal import ChangeSignal
+from appliance.storage.db import Database, optimize
+from appliance.storage.files import Files
+from appliance.storage.jobs import Jobs
+from appliance.storage.leads import Leads
+from appliance.storage.ledger import Ledger
+from appliance.storage.messages import Messages
+from appliance.storage.secrets import Secrets
+from appliance.storage.tenants import Tenants
+
+T = TypeVar("T")
+
+
+class Session:
+    """The repositories over one connection. Used as a context manager, one transaction."""
+
+    __slots__ = ("_conn", "activity", "caps", "catalog", "files", "jobs", "leads", "ledger", "messages", "secrets",
+                 "tenants")
+
+    def __init__(self, conn: apsw.Connection) -> None:
+        self._conn = conn
+        self.leads = Leads(conn)
+        self.jobs = Jobs(conn)
+        self.caps = Caps(conn)
+        self.ledger = Ledger(conn)
+        self.catalog = Catalog(conn)
+        self.tenants = Tenants(conn)
+        self.secrets = Secrets(conn)
+        self.messages = Messages(conn)
+        self.files = Files(conn)
+        self.activity = Activity(conn)
+
+    def __enter__(self) -> Session:
+        self._conn.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> bool | None:
+        return self._conn.__exit__(*exc)
+
+
+Unit = Callable[[Session], T]
+
+
+class Store:
+    """The SQLite store: its `Database` (storage/db.py) runs the units, on one write connection
+    with group commit, and the reads, on a connection per thread."""
+
+    def __init__(self, database: Database) -> None:
+        self.sqlite = database  # the engine underneath: for storage's own tests and tools only
+        self._writer = Session(database.write_connection)
+        self._local = threading.local()
+
+    @classmethod
+    def open(cls, path: Path, *, synchronous: str = "FULL") -> Store:
+        return cls(Database(path, synchronous=synchronous).open())
+
+    def close(self) -> None:
+        self.sqlite.close()
+        self._local = threading.local()
+
+    @property
+    def path(self) -> Path:
+        return self.sqlite.path
+
+    # ---- units of work ----------------------------------------------------------------------
+
+    def _on_writer(self, unit: Unit[T]) -> Callable[[apsw.Connection], T]:
+        writer = self._writer
+        return lambda _conn: unit(writer)
+
+    async def write(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+        """`unit(tx)` in the next group transaction, on the event loop; returns once committed.
+        `may_refuse`: the unit raises for ordinary reasons (not found, a conflict), so it runs
+        under a savepoint of its own and its refusal leaves the rest of the group alone."""
+        return await self.sqlite.write(self._on_writer(unit), may_refuse=may_refuse)
+
+    async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+        """`write` for a long unit (a bulk update, the activity log's batch): it runs on the
+        writer thread, so the event loop goes on answering requests meanwhile."""
+        return await self.sqlite.write_off_loop(self._on_writer(unit), may_refuse=may_refuse)
+
+    def write_sync(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+        """`write` for threads without an event loop (the CLI, start-up)."""
+        return self.sqlite.write_sync(self._on_writer(unit), may_refuse=may_refuse)
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def reader(self) -> Session:
+        """This thread's read session (WAL: readers never block the writer)."""
+        session = getattr(self._local, "session", None)
+        if session is None:
+            session = self._local.session = Session(self.sqlite.reader())
+        return session
+
+    async def read_off_loop(self, read: Callable[[Session], T]) -> T:
+        """A longer read (lists, searches) on a worker thread with its own session."""
+        return await asyncio.to_thread(lambda: read(self.reader()))
+
+    # ---- operations -------------------------------------------------------------------------
+
+    @property
+    def changes(self) -> ChangeSignal | None:
+        """The signal of admin changes between processes (None where it could not be opened)."""
+        return self.sqlite.changes
+
+    def announce_admin_change(self) -> None:
+        """Tell every process using this database that keys or tenant configuration changed."""
+        self.sqlite.announce_admin_change()
+
+    def ping(self) -> None:
+        """A trivial read: raises when the database does not answer."""
+        self.sqlite.ping()
+
+    def health(self) -> tuple[str, int]:
+        """(the integrity check's verdict, migrations applied)."""
+        return self.sqlite.health()
+
+    def backup_to(self, dest: Path) -> None:
+        """A consistent copy while the service keeps writing."""
+        self.sqlite.backup_to(dest)
+
+    async def optimize(self) -> None:
+        """Let the database refresh its query planner's statistics (cheap when nothing changed)."""
+        await self.sqlite.write(optimize)
