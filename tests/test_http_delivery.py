@@ -419,18 +419,15 @@ def test_huge_body_is_capped(buyer: BuyerServer) -> None:
     assert elapsed < 3
 
 
-def test_capped_read_keeps_exactly_one_mib(buyer: BuyerServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[int] = []
-    real = http_delivery.interpret
-
-    def spy(rules, status, body, content_type=None):  # type: ignore[no-untyped-def]
-        seen.append(len(body))
-        return real(rules, status, body, content_type)
-
-    monkeypatch.setattr(http_delivery, "interpret", spy)
+def test_capped_read_keeps_exactly_one_mib(buyer: BuyerServer) -> None:
+    """The response rules see the first MiB of a 5 MiB answer: all of it and not a byte more."""
     buyer.route("/huge", status=200, size=5 * 1024 * 1024)
-    deliver(make_endpoint(buyer.url("/huge")))
-    assert seen == [http_delivery.MAX_RESPONSE_BYTES]
+    one_mib = rf"\Ax{{{http_delivery.MAX_RESPONSE_BYTES}}}\Z"
+    result = deliver(make_endpoint(buyer.url("/huge"), responseRules={"failure": {"bodyPattern": one_mib}}))
+    assert result.outcome == "failure"
+    past_it = rf"\Ax{{{http_delivery.MAX_RESPONSE_BYTES + 1}}}"
+    result = deliver(make_endpoint(buyer.url("/huge"), responseRules={"failure": {"bodyPattern": past_it}}))
+    assert result.outcome == "success"
 
 
 @pytest.mark.parametrize("target", ["http://169.254.169.254/latest/meta-data/", "LOCAL"])
