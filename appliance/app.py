@@ -14,7 +14,7 @@ from litestar.routes import HTTPRoute
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
-from appliance.api import campaigns, catalog, files, health, leads, metrics, openapi, pixels, sms, submissions
+from appliance.api import campaigns, catalog, files, health, leads, ledger, metrics, openapi, pixels, sms, submissions
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY
 from appliance.api.submit_edge import answer_submit
@@ -118,7 +118,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
-                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES,
+                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled)],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -85,7 +85,7 @@ if os.environ.get(KNOWN_LEADS_ENV):  # inside the schemathesis CLI (SCHEMATHESIS
             start_at, end_at = parse_iso(start), parse_iso(end)
             if start_at and end_at and end_at[0] < start_at[0]:
                 query["startDate"], query["endDate"] = end, start
-            # KNOWN ISSUE (appliance/api/leads.py _date_bound): a bound before 1970 becomes the
+            # KNOWN ISSUE (appliance/api/leads.py query_date_bound): a bound before 1970 becomes the
             # same id as 1970-01-01 (ids.floor_id clamps at 0), so two distinct pre-1970 dates
             # are answered "endDate: must not be before startDate". Kept out until fixed there.
             for name in ("startDate", "endDate"):

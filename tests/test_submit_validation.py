@@ -225,7 +225,7 @@ def test_without_a_key_nothing_is_stored(env):
 def test_the_module_stored_nothing_at_all(env):
     runtime, *_ = env
     assert lead_count(runtime) == 0
-    assert table_count(runtime, "ledger") == 0
+    assert table_count(runtime, "ledger_entries") == 0
 
 
 def test_rejected_time_zones_are_not_retained(env):

@@ -28,6 +28,8 @@ class Scripted(DeliveryAdapter):
             return DeliveryResult(outcome="success", status_code="200", response_fields={"n": 1})
         if step == "not-a-result":
             return None
+        if step.startswith("price:"):  # the buyer's price for this lead
+            return DeliveryResult(outcome="success", status_code=200, price=float(step[6:]))
         if step == "clock":  # the attempt's time, as the worker's clock has it
             return DeliveryResult(outcome="success", status_code=200, message=request.now.isoformat())
         return DeliveryResult(outcome=step, status_code={"success": 200, "failure": 400, "duplicate": 409}.get(step, 503),

@@ -52,7 +52,9 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
 async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     who = principal(request.scope)
     body = await read_json(request, approvals.ApproveBody)
-    result = await approvals.decide(request.app.state.runtime, who.tenant_id, who.key_id, lead_id, body)
+    state = request.app.state
+    result = await approvals.decide(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                    who.key_id, lead_id, body)
     request.app.state.worker.wake()  # an approval may have scheduled the delivery
     return ok(result)
 
@@ -75,7 +77,7 @@ class LeadPage(Model):
     has_more: bool
 
 
-def _date_bound(request: Request, name: str, *, end: bool) -> int | None:
+def query_date_bound(request: Request, name: str, *, end: bool) -> int | None:
     """The bound as epoch milliseconds (exclusive for the end)."""
     raw = query_str(request, name)
     if raw is None:
@@ -90,7 +92,7 @@ def _date_bound(request: Request, name: str, *, end: bool) -> int | None:
     return epoch_ms
 
 
-def _csv(request: Request, name: str) -> tuple[str, ...]:
+def query_csv(request: Request, name: str) -> tuple[str, ...]:
     raw = query_str(request, name)
     if raw is None:
         return ()
@@ -148,8 +150,8 @@ async def list_leads(
     tenant_id = principal(request.scope).tenant_id
     runtime = request.app.state.runtime
     per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    after_ms = _date_bound(request, "startDate", end=False)
-    before_ms = _date_bound(request, "endDate", end=True)
+    after_ms = query_date_bound(request, "startDate", end=False)
+    before_ms = query_date_bound(request, "endDate", end=True)
     # Compared as times: ids cannot go below the epoch, so two pre-1970 dates share an id bound.
     if after_ms is not None and before_ms is not None and before_ms <= after_ms:
         raise ValidationFailed(["endDate: must not be before startDate"])
@@ -161,8 +163,8 @@ async def list_leads(
     found = search_filter(text, runtime.config.defaults.region) if text else {}
     after = query_str(request, "cursor")
     where = LeadFilter(
-        campaign_ids=_csv(request, "campaignIds"), client_ids=_csv(request, "clientIds"),
-        offer_ids=_csv(request, "offerIds"), status=query_str(request, "status", choices=LEAD_STATUSES),
+        campaign_ids=query_csv(request, "campaignIds"), client_ids=query_csv(request, "clientIds"),
+        offer_ids=query_csv(request, "offerIds"), status=query_str(request, "status", choices=LEAD_STATUSES),
         after_id=after_id, before_id=min(filter(None, (before_id, after))) if before_id or after else None,
         **(found or {}))
 
@@ -208,7 +210,7 @@ async def bulk_update_leads(request: Request) -> Response:
     runtime = request.app.state.runtime
     settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
     lead_updates.check_bulk(body, settings.checked_fields, runtime.clock.now().date())
-    return ok(await lead_updates.bulk_update(runtime, who.tenant_id, who.key_id, body, settings.labels))
+    return ok(await lead_updates.bulk_update(runtime, settings, who.tenant_id, who.key_id, body))
 
 
 # ---- POST /api/v1/leads/{leadId}/repost and /deliver -------------------

@@ -66,6 +66,13 @@ OPERATION_QUERY_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
     "listFieldLibrary": {
         "category": {"enum": list(CATEGORIES)},
     },
+    "listLedgerEntries": {
+        "kind": {"enum": ["cost", "revenue", "return"]},
+        "startDate": _DAY_OR_INSTANT,
+        "endDate": _DAY_OR_INSTANT,
+        "cursor": {"type": "string", "pattern": "^led_",
+                   "description": "nextCursor of the previous page (an entryId)."},
+    },
 }
 # What the handlers check beyond the msgspec types, where JSON Schema can say it.
 _STAMP = {"anyOf": [{"type": "string", "format": "date-time"}, {"type": "string", "format": "date"},

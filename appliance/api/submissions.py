@@ -32,7 +32,9 @@ async def update_submission(request: Request, submission_id: SubmissionId) -> Re
     """Merge patch; journeyEvents and firstSubmissionActions are appended (see lead_updates)."""
     who = principal(request.scope)
     body = await read_json(request, lead_updates.SubmissionPatch)
-    return ok(await lead_updates.patch_submission(request.app.state.runtime, who.tenant_id, submission_id, body))
+    state = request.app.state
+    return ok(await lead_updates.patch_submission(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
+                                                  who.tenant_id, submission_id, body))
 
 
 ROUTES = [get_submission, update_submission]

@@ -27,14 +27,15 @@ from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, lim
 from appliance.domain.delivery_target import delivery_endpoint_id
 from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
 from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
-from appliance.domain.pipeline import evaluate, event, milestones_due, snapshot, usable
+from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
 from appliance.runtime import Runtime
+from appliance.services.ledger import earn
 from appliance.services.intake import run_intake_action
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from appliance.services.tenant_settings import SettingsCache, TenantSettings
-from appliance.storage import DELIVERY_ENDPOINTS, Job, LedgerEntry, Session
+from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
 
 log = logging.getLogger("appliance.delivery")
 
@@ -360,8 +361,6 @@ class DeliveryWorker:
                                    delivered_at=now if result.outcome == "success" else None)
         details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code}
         if result.outcome == "success":
-            if reserved is not None:
-                self._revenue(tx, attempt, reserved.campaign, now_dt)
             self._settle(tx, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
                          job_state="done", event_kind="delivered", details=details)
             return
@@ -380,20 +379,12 @@ class DeliveryWorker:
                      job_state="dead" if result.outcome == "error" else "done",
                      event_kind=f"delivery_{result.outcome}", details=details, error=crash)
 
-    def _revenue(self, tx: Session, attempt: Attempt, campaign: Campaign, now_dt: datetime) -> None:
-        if not campaign.delivery.revenue_milestones:
-            return
-        due = milestones_due(campaign.delivery.revenue_milestones, ("delivered",), facts_of(attempt.lead),
-                             value_sets=attempt.settings.value_sets, now=now_dt, today=now_dt.date())
-        tx.ledger.record(attempt.job.tenant_id, attempt.lead.lead_id, attempt.submission.submission_id, [
-            LedgerEntry("revenue", m.lead_status, float(m.amount), m.currency, campaign.campaign_id,
-                        attempt.lead.source_id) for m in due], iso(now_dt))
-
     def _settle(self, tx: Session, attempt: Attempt, outcome: tuple | None, status: str | None,
                 reason: str, *, job_state: str | None, event_kind: str | None = None,
                 details: dict | None = None, error: JourneyError | None = None) -> None:
         """Write the submission (and the lead, when this is its latest submission) after a step."""
-        tenant_id, now = attempt.job.tenant_id, iso(self.runtime.clock.now())
+        tenant_id, now_dt = attempt.job.tenant_id, self.runtime.clock.now()
+        now = iso(now_dt)
         if tx.jobs.job_state(attempt.job.job_id) == "cancelled":
             # An operator changed the lead while this attempt ran: keep their status, note ours.
             status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
@@ -418,6 +409,9 @@ class DeliveryWorker:
         tx.leads.update_submission(tenant_id, submission)
         if status is None:
             return
+        price = outcome[2].price if outcome is not None and status == "delivered" else None
+        earn(tx, attempt.settings, tenant_id, attempt.lead, submission.submission_id, (status,), now_dt,
+             campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price)
         lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
         if lead is None or lead.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status

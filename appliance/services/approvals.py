@@ -16,6 +16,8 @@ from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.ledger import earn
+from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
 
 
@@ -29,8 +31,10 @@ class ApproveResult(Model):
     approval: Approval
 
 
-async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str, body: ApproveBody) -> ApproveResult:
-    now = iso(runtime.clock.now())
+async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, decided_by: str, lead_id: str,
+                 body: ApproveBody) -> ApproveResult:
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
 
     def unit(tx: Session) -> ApproveResult:
         lead = tx.leads.get_lead(tenant_id, lead_id)
@@ -61,8 +65,10 @@ async def decide(runtime: Runtime, tenant_id: str, decided_by: str, lead_id: str
                                 event(now, f"approval_{body.status}", body.reason,
                                       details={"decidedBy": decided_by, "previous": current})])
             tx.leads.update_submission(tenant_id, submission)
-        tx.leads.update_lead(tenant_id, msgspec.structs.replace(
-            lead, status=status, approval=approval, updated_at=now))
+        decided = msgspec.structs.replace(lead, status=status, approval=approval, updated_at=now)
+        tx.leads.update_lead(tenant_id, decided)
+        if submission is not None and status != lead.status:
+            earn(tx, settings, tenant_id, decided, submission.submission_id, (status,), now_dt)
         return ApproveResult(lead_id=lead_id, approval=approval)
 
     return await runtime.store.write(unit, may_refuse=True)

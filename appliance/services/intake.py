@@ -20,7 +20,7 @@ from appliance.domain.constraints import campaign_zone
 from appliance.domain.dedupe import DedupePolicy, effective_policy, find_duplicate, window_start
 from appliance.domain.lead import LeadRecord, Submission
 from appliance.domain.pipeline import (
-    Evaluation, attestation_problem, evaluate, event, milestones_due, snapshot, usable,
+    Evaluation, attestation_problem, evaluate, event, snapshot, usable,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
@@ -29,7 +29,8 @@ from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
-from appliance.storage import KeyRecord, LedgerEntry, Session
+from appliance.services.ledger import earn
+from appliance.storage import KeyRecord, Session
 
 log = logging.getLogger("appliance.intake")
 
@@ -116,7 +117,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         based_on=existing.updated_at if existing is not None else None,
         evaluation=evaluation, rejected_at_source=rejected_at_source, caps=source_cap_checks(intake, source, now_dt),
         dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
-        value_sets=settings.value_sets, now_dt=now_dt, now=now, submission_id=new_id("sub"),
+        settings=settings, now_dt=now_dt, now=now, submission_id=new_id("sub"),
     )
     # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
     result = await runtime.store.write(plan.commit, may_refuse=plan.existing)
@@ -140,7 +141,7 @@ class _Plan:
     caps: list[CapCheck]
     dedupe: DedupePolicy | None
     dedupe_since: str | None
-    value_sets: dict
+    settings: TenantSettings
     now_dt: datetime
     now: str
     submission_id: str
@@ -200,12 +201,8 @@ class _Plan:
         if decision.job is not None:
             tx.jobs.insert_job(tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
                                submission_id=submission.submission_id, due_at=now, now=now)
-        if self.source is not None and self.source.cost_milestones:
-            due = milestones_due(self.source.cost_milestones, ("lead_ingested", status), self.facts,
-                                 value_sets=self.value_sets, now=self.now_dt, today=self.now_dt.date())
-            tx.ledger.record(self.tenant_id, lead.lead_id, submission.submission_id, [
-                LedgerEntry("cost", m.lead_status, float(m.amount), m.currency, self.intake.campaign_id,
-                            self.source.source_id) for m in due], now)
+        earn(tx, self.settings, self.tenant_id, lead, submission.submission_id, ("lead_ingested", status), self.now_dt,
+             campaign=campaign, facts=self.facts)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
 
 

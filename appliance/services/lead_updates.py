@@ -46,6 +46,8 @@ from appliance.domain.submission import field_library_problems, valid_zone
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.ledger import earn
+from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
 
 # Statuses whose work the job loop still does: their open jobs stay; any other status cancels them.
@@ -179,8 +181,10 @@ def _events(given: list[JourneyEvent], now: str, problems: list[str]) -> list[Jo
     return out
 
 
-async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str, body: SubmissionPatch) -> Submission:
-    now = iso(runtime.clock.now())
+async def patch_submission(runtime: Runtime, settings: TenantSettings, tenant_id: str, submission_id: str,
+                           body: SubmissionPatch) -> Submission:
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
     problems: list[str] = []
     changes = _normalized(body, "", problems)
     nested: dict[str, dict[str, Any]] = {}
@@ -219,8 +223,10 @@ async def patch_submission(runtime: Runtime, tenant_id: str, submission_id: str,
             latest = tx.leads.latest_submission_number(tenant_id, submission.lead_id)
             lead = tx.leads.get_lead(tenant_id, submission.lead_id)
             if lead is not None and latest == submission.submission_number and lead.status != submission.status:
-                tx.leads.update_lead(tenant_id, msgspec.structs.replace(
-                    lead, status=submission.status, updated_at=now))
+                lead = msgspec.structs.replace(lead, status=submission.status, updated_at=now)
+                tx.leads.update_lead(tenant_id, lead)
+            if lead is not None:
+                earn(tx, settings, tenant_id, lead, submission_id, (submission.status,), now_dt)
         return submission
 
     return await runtime.store.write(unit, may_refuse=True)
@@ -282,10 +288,12 @@ def _merge_answers(stored: list[QuestionAnswer], answers: dict[str, Any], labels
     return merged
 
 
-async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkUpdateBody,
-                      labels: dict[str, str]) -> BulkUpdateResult:
+async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str,
+                      body: BulkUpdateBody) -> BulkUpdateResult:
     """Call `check_bulk` first. One write unit for every lead named."""
-    now = iso(runtime.clock.now())
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
+    labels = settings.labels
     updates = body.updates
     ids = list(dict.fromkeys(body.lead_ids))
     plain = {name: value for name, value in _given(updates).items()
@@ -300,9 +308,11 @@ async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkU
             if updates.questionnaire is not UNSET:
                 changes["questionnaire"] = _merge_answers(lead.questionnaire, updates.questionnaire, labels)
             updated: LeadRecord = msgspec.structs.replace(lead, **changes, updated_at=now)
-            if updated.status != lead.status:
-                _follow_status(tx, tenant_id, lead, updated.status, key_id, now)
+            submission_id = _follow_status(tx, tenant_id, lead, updated.status, key_id, now) \
+                if updated.status != lead.status else None
             tx.leads.update_lead(tenant_id, updated)
+            if submission_id is not None:
+                earn(tx, settings, tenant_id, updated, submission_id, (updated.status,), now_dt)
         return BulkUpdateResult(modified_count=len(found))
 
     # Up to MAX_BULK_IDS leads read and rewritten: tens of milliseconds, off the event loop.
@@ -310,10 +320,11 @@ async def bulk_update(runtime: Runtime, tenant_id: str, key_id: str, body: BulkU
 
 
 def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
-                   now: str) -> None:
+                   now: str) -> str | None:
+    """The lead's latest submission takes the status; answers its id (None when it has none)."""
     submission = tx.leads.latest_submission(tenant_id, lead.lead_id)
     if submission is None:
-        return
+        return None
     if status not in JOB_STATUSES:
         tx.jobs.cancel_open_jobs(submission.submission_id, now)
     tx.leads.update_submission(tenant_id, msgspec.structs.replace(
@@ -321,3 +332,4 @@ def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, k
         journey_events=[*submission.journey_events, event(
             now, "status_changed", "bulk update", details={"previous": lead.status, "status": status,
                                                            "keyId": key_id})]))
+    return submission.submission_id

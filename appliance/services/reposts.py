@@ -66,6 +66,7 @@ from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import DELIVERY_ENDPOINTS, Session
 
@@ -160,11 +161,13 @@ def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSett
     return status, found.qualification, found.routing, events
 
 
-def _store(tx: Session, tenant_id: str, lead: LeadRecord, previous: Submission | None, *,
+def _store(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord, previous: Submission | None, *,
            campaign: Campaign, status: str, flow_type: str, qualification: QualificationOutcome,
-           routing: RoutingOutcome, events: list[JourneyEvent], approval: Approval | None, now: str,
+           routing: RoutingOutcome, events: list[JourneyEvent], approval: Approval | None, now_dt: datetime,
            names_changed: bool = False) -> str:
-    """The new submission, the lead's new state and (qualified) the deliver job."""
+    """The new submission, the lead's new state, the milestones it earns and (qualified) the
+    deliver job."""
+    now = iso(now_dt)
     if previous is not None:
         tx.jobs.cancel_open_jobs(previous.submission_id, now)
     number = max(lead.submission_count, previous.submission_number if previous else 0) + 1
@@ -177,11 +180,12 @@ def _store(tx: Session, tenant_id: str, lead: LeadRecord, previous: Submission |
         result=qualification.reason if status == "disqualified" else None,
         journey_events=events, flow_type=flow_type, submitted_at=now,
         qualified_at=now if status == "qualified" else None, created_at=now, updated_at=now)
-    tx.leads.update_lead(tenant_id, msgspec.structs.replace(
+    lead = msgspec.structs.replace(
         lead, status=status, campaign_id=campaign.campaign_id, client_id=client.client_id if client else None,
-        offer_id=offer.offer_id if offer else None, approval=approval, submission_count=number, updated_at=now,
-    ), names_changed=names_changed)
+        offer_id=offer.offer_id if offer else None, approval=approval, submission_count=number, updated_at=now)
+    tx.leads.update_lead(tenant_id, lead, names_changed=names_changed)
     tx.leads.insert_submission(tenant_id, submission)
+    earn(tx, settings, tenant_id, lead, submission.submission_id, (status,), now_dt, campaign=campaign)
     if status == "qualified":
         tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead.lead_id,
                            submission_id=submission.submission_id, due_at=now, now=now)
@@ -261,9 +265,9 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
 
     def unit(tx: Session) -> RepostResult:
         _still_as_read(tx, tenant_id, stored, previous)
-        submission_id = _store(tx, tenant_id, lead, previous, campaign=campaign, status=status, flow_type="repost",
-                               qualification=qualification, routing=routing, events=events, approval=approval,
-                               now=now, names_changed=lead is not stored)
+        submission_id = _store(tx, settings, tenant_id, lead, previous, campaign=campaign, status=status,
+                               flow_type="repost", qualification=qualification, routing=routing, events=events,
+                               approval=approval, now_dt=now_dt, names_changed=lead is not stored)
         return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
 
     return await runtime.store.write(unit, may_refuse=True)
@@ -293,9 +297,9 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
 
     def unit(tx: Session) -> DeliverResult:
         _still_as_read(tx, tenant_id, lead, previous)
-        submission_id = _store(tx, tenant_id, lead, previous, campaign=campaign, status=status,
+        submission_id = _store(tx, settings, tenant_id, lead, previous, campaign=campaign, status=status,
                                flow_type="manual_delivery", qualification=qualification, routing=routing,
-                               events=events, approval=lead.approval, now=now)
+                               events=events, approval=lead.approval, now_dt=now_dt)
         return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
 
     return await runtime.store.write(unit, may_refuse=True)

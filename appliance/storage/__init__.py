@@ -10,7 +10,7 @@ from appliance.storage.catalog import (
 from appliance.storage.db import StorageError, inspect_backup, restore_database
 from appliance.storage.jobs import Job
 from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
-from appliance.storage.ledger import LedgerEntry
+from appliance.storage.ledger import LedgerFilter
 from appliance.storage.messages import Conversation, Message
 from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.store import Session, Store, Unit
@@ -18,6 +18,6 @@ from appliance.storage.tenants import KeyListing, KeyRecord
 
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
-    "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerEntry",
+    "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "restore_database",
 ]

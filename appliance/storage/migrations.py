@@ -8,6 +8,8 @@ from datetime import datetime, timezone
 
 import apsw
 
+from appliance.ids import floor_id
+
 Migration = Callable[[apsw.Connection], None]
 MIGRATIONS: list[tuple[str, Migration]] = []
 
@@ -294,3 +296,45 @@ def m005_job_reservations(conn: apsw.Connection) -> None:
 def m006_sms_messages_sending(conn: apsw.Connection) -> None:
     # The ticker looks for messages left `sending` every minute; only those few are indexed.
     conn.execute("CREATE INDEX sms_messages_sending ON sms_messages(created_at) WHERE status = 'sending'")
+
+
+@migration
+def m007_ledger_entries(conn: apsw.Connection) -> None:
+    # Entries get public `led_` ids (time-ordered: listing and date ranges are id ranges), the
+    # client and delivery endpoint they belong to, `return` entries, and the identity of the
+    # milestone that made them: one entry per (milestone, submission), whichever path fires it.
+    conn.execute(
+        """
+        CREATE TABLE ledger_entries (
+            entry_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            lead_id TEXT NOT NULL,
+            submission_id TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('cost', 'revenue', 'return')),
+            milestone TEXT,
+            lead_status TEXT NOT NULL,
+            amount REAL NOT NULL,
+            currency TEXT NOT NULL,
+            campaign_id TEXT,
+            client_id TEXT,
+            source_id TEXT,
+            delivery_endpoint_id TEXT,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE UNIQUE INDEX ledger_once ON ledger_entries(tenant_id, submission_id, milestone)
+            WHERE milestone IS NOT NULL;
+        CREATE INDEX ledger_entries_by_tenant ON ledger_entries(tenant_id, entry_id);
+        CREATE INDEX ledger_entries_by_lead ON ledger_entries(tenant_id, lead_id, entry_id);
+        """
+    )
+    # The entries kept so far get ids of their creation time, their old number making them unique.
+    old = conn.execute("SELECT entry_id, tenant_id, lead_id, submission_id, kind, lead_status, amount, currency,"
+                       " campaign_id, source_id, created_at FROM ledger ORDER BY entry_id").fetchall()
+    for entry_id, tenant_id, lead_id, submission_id, kind, status, amount, currency, campaign, source, at in old:
+        moment = datetime.fromisoformat(at.replace("Z", "+00:00"))
+        ref = floor_id("led", int(moment.timestamp() * 1000))[:-8] + f"{entry_id:08d}"
+        conn.execute("INSERT INTO ledger_entries(entry_id, tenant_id, lead_id, submission_id, kind, milestone,"
+                     " lead_status, amount, currency, campaign_id, source_id, created_at)"
+                     " VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
+                     (ref, tenant_id, lead_id, submission_id, kind, status, amount, currency, campaign, source, at))
+    conn.execute("DROP TABLE ledger")

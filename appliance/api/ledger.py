@@ -1,0 +1,80 @@
+"""GET /api/v1/ledger: the money entries leads earned, newest first."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from litestar import Request, Response, get
+from litestar.params import QueryParameter
+
+from appliance.api.auth import principal
+from appliance.api.io import ok, query_int, query_str
+from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT, query_csv, query_date_bound
+from appliance.errors import ValidationFailed
+from appliance.ids import floor_id
+from appliance.model import Model
+from appliance.storage import LedgerFilter
+
+KINDS = ("cost", "revenue", "return")
+Query = Annotated[str | None, QueryParameter()]
+
+
+class LedgerEntry(Model):
+    entry_id: str
+    lead_id: str
+    submission_id: str
+    campaign_id: str | None
+    client_id: str | None
+    source_id: str | None
+    delivery_endpoint_id: str | None
+    kind: Literal["cost", "revenue", "return"]
+    amount: float
+    currency: str
+    lead_status: str
+    created_at: str
+
+
+class LedgerPage(Model):
+    items: list[LedgerEntry]
+    next_cursor: str | None
+    has_more: bool
+
+
+@get("/api/v1/ledger", operation_id="listLedgerEntries", opt={"data": LedgerPage, "errors": ["VALIDATION_ERROR"]})
+async def list_ledger(
+    request: Request,
+    cursor: Query = None,
+    limit: Query = None,
+    lead_id: Annotated[str | None, QueryParameter(name="leadId")] = None,
+    campaign_ids: Annotated[str | None, QueryParameter(name="campaignIds")] = None,
+    client_ids: Annotated[str | None, QueryParameter(name="clientIds")] = None,
+    source_ids: Annotated[str | None, QueryParameter(name="sourceIds")] = None,
+    kind: Query = None,
+    start_date: Annotated[str | None, QueryParameter(name="startDate")] = None,
+    end_date: Annotated[str | None, QueryParameter(name="endDate")] = None,
+) -> Response:
+    """Newest first; `cursor` is the entryId of the previous page's last item. Entry ids are
+    time-ordered, so the dates and the cursor are id bounds, as for leads."""
+    tenant_id = principal(request.scope).tenant_id
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    after_ms = query_date_bound(request, "startDate", end=False)
+    before_ms = query_date_bound(request, "endDate", end=True)
+    if after_ms is not None and before_ms is not None and before_ms <= after_ms:
+        raise ValidationFailed(["endDate: must not be before startDate"])
+    after = query_str(request, "cursor")
+    if after is not None and not after.startswith("led_"):
+        raise ValidationFailed(["cursor: not a ledger entry id (use nextCursor of the previous page)"])
+    bounds = [b for b in (floor_id("led", before_ms) if before_ms is not None else None, after) if b]
+    where = LedgerFilter(
+        lead_id=query_str(request, "leadId"), campaign_ids=query_csv(request, "campaignIds"),
+        client_ids=query_csv(request, "clientIds"), source_ids=query_csv(request, "sourceIds"),
+        kind=query_str(request, "kind", choices=KINDS),
+        after_id=floor_id("led", after_ms) if after_ms is not None else None, before_id=min(bounds, default=None))
+    rows = await request.app.state.runtime.store.read_off_loop(
+        lambda tx: tx.ledger.page(tenant_id, where, per_page + 1))
+    more = len(rows) > per_page
+    items = rows[:per_page]
+    return ok({"items": items, "nextCursor": items[-1]["entryId"] if more else None, "hasMore": more})
+
+
+ROUTES = [list_ledger]

@@ -1,0 +1,32 @@
+"""Money: the entries a lead earns as its status changes, the ledger's pages and the summary
+report. Every path that changes a status calls `earn` inside its own unit of work, so an entry
+is committed with the change that earned it, or not at all."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from appliance.clock import iso
+from appliance.domain.campaign import Campaign
+from appliance.domain.lead import LeadRecord
+from appliance.domain.ledger import lines_for, source_of
+from appliance.domain.submission import facts_of
+from appliance.services.tenant_settings import TenantSettings
+from appliance.storage import Session
+
+
+def earn(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord, submission_id: str,
+         statuses: tuple[str, ...], now: datetime, *, campaign: Campaign | None = None,
+         facts: dict | None = None, price: float | None = None) -> None:
+    """Record the milestones `lead` (as it now is: its campaign and source) earns by reaching
+    `statuses` for `submission_id`; `campaign` defaults to the lead's."""
+    campaign = campaign or settings.campaigns.get(lead.campaign_id or "")
+    source = source_of(settings.campaigns, lead.campaign_id, lead.source_id)
+    if not (source and source.cost_milestones) and not (campaign and campaign.delivery.revenue_milestones) \
+            and price is None:
+        return
+    lines = lines_for(statuses, campaign=campaign, source=source, source_id=lead.source_id,
+                      facts=facts if facts is not None else facts_of(lead), value_sets=settings.value_sets,
+                      now=now, price=price)
+    if lines:
+        tx.ledger.record(tenant_id, lead.lead_id, submission_id, lines, iso(now))
