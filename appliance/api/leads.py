@@ -92,6 +92,18 @@ def query_date_bound(request: Request, name: str, *, end: bool) -> int | None:
     return epoch_ms
 
 
+def query_id_range(request: Request, prefix: str) -> tuple[str | None, str | None]:
+    """`startDate` and `endDate` as bounds on time-ordered ids of `prefix`: (inclusive lower,
+    exclusive upper), each None when not given."""
+    after_ms = query_date_bound(request, "startDate", end=False)
+    before_ms = query_date_bound(request, "endDate", end=True)
+    # Compared as times: ids cannot go below the epoch, so two pre-1970 dates share an id bound.
+    if after_ms is not None and before_ms is not None and before_ms <= after_ms:
+        raise ValidationFailed(["endDate: must not be before startDate"])
+    return (floor_id(prefix, after_ms) if after_ms is not None else None,
+            floor_id(prefix, before_ms) if before_ms is not None else None)
+
+
 def query_csv(request: Request, name: str) -> tuple[str, ...]:
     raw = query_str(request, name)
     if raw is None:
@@ -150,13 +162,7 @@ async def list_leads(
     tenant_id = principal(request.scope).tenant_id
     runtime = request.app.state.runtime
     per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    after_ms = query_date_bound(request, "startDate", end=False)
-    before_ms = query_date_bound(request, "endDate", end=True)
-    # Compared as times: ids cannot go below the epoch, so two pre-1970 dates share an id bound.
-    if after_ms is not None and before_ms is not None and before_ms <= after_ms:
-        raise ValidationFailed(["endDate: must not be before startDate"])
-    after_id = floor_id("lead", after_ms) if after_ms is not None else None
-    before_id = floor_id("lead", before_ms) if before_ms is not None else None
+    after_id, before_id = query_id_range(request, "lead")
     text = (query_str(request, "search") or "").strip()
     if len(text) > MAX_SEARCH:
         raise ValidationFailed([f"search: at most {MAX_SEARCH} characters"])

@@ -9,9 +9,8 @@ from litestar.params import QueryParameter
 
 from appliance.api.auth import principal
 from appliance.api.io import ok, query_int, query_str
-from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT, query_csv, query_date_bound
+from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT, query_csv, query_id_range
 from appliance.errors import ValidationFailed
-from appliance.ids import floor_id
 from appliance.model import Model
 from appliance.storage import LedgerFilter
 
@@ -57,19 +56,15 @@ async def list_ledger(
     time-ordered, so the dates and the cursor are id bounds, as for leads."""
     tenant_id = principal(request.scope).tenant_id
     per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    after_ms = query_date_bound(request, "startDate", end=False)
-    before_ms = query_date_bound(request, "endDate", end=True)
-    if after_ms is not None and before_ms is not None and before_ms <= after_ms:
-        raise ValidationFailed(["endDate: must not be before startDate"])
+    after_id, before_id = query_id_range(request, "led")
     after = query_str(request, "cursor")
     if after is not None and not after.startswith("led_"):
         raise ValidationFailed(["cursor: not a ledger entry id (use nextCursor of the previous page)"])
-    bounds = [b for b in (floor_id("led", before_ms) if before_ms is not None else None, after) if b]
     where = LedgerFilter(
         lead_id=query_str(request, "leadId"), campaign_ids=query_csv(request, "campaignIds"),
         client_ids=query_csv(request, "clientIds"), source_ids=query_csv(request, "sourceIds"),
         kind=query_str(request, "kind", choices=KINDS),
-        after_id=floor_id("led", after_ms) if after_ms is not None else None, before_id=min(bounds, default=None))
+        after_id=after_id, before_id=min(filter(None, (before_id, after)), default=None))
     rows = await request.app.state.runtime.store.read_off_loop(
         lambda tx: tx.ledger.page(tenant_id, where, per_page + 1))
     more = len(rows) > per_page

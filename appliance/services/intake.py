@@ -202,7 +202,7 @@ class _Plan:
             tx.jobs.insert_job(tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
                                submission_id=submission.submission_id, due_at=now, now=now)
         earn(tx, self.settings, self.tenant_id, lead, submission.submission_id, ("lead_ingested", status), self.now_dt,
-             campaign=campaign, facts=self.facts)
+             campaign=campaign, source=self.source, facts=self.facts)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from appliance.clock import iso
-from appliance.domain.campaign import Campaign
+from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.lead import LeadRecord
 from appliance.domain.ledger import lines_for, source_of
 from appliance.domain.submission import facts_of
@@ -15,13 +15,19 @@ from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
 
 
+_LOOK_UP = object()  # `source` not given: found from the lead's campaign and source id
+
+
 def earn(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord, submission_id: str,
          statuses: tuple[str, ...], now: datetime, *, campaign: Campaign | None = None,
-         facts: dict | None = None, price: float | None = None) -> None:
+         source: IngestionSource | None | object = _LOOK_UP, facts: dict | None = None,
+         price: float | None = None) -> None:
     """Record the milestones `lead` (as it now is: its campaign and source) earns by reaching
-    `statuses` for `submission_id`; `campaign` defaults to the lead's."""
+    `statuses` for `submission_id`; `campaign` defaults to the lead's. The submit passes the
+    source it already resolved."""
     campaign = campaign or settings.campaigns.get(lead.campaign_id or "")
-    source = source_of(settings.campaigns, lead.campaign_id, lead.source_id)
+    if source is _LOOK_UP:
+        source = source_of(settings.campaigns, lead.campaign_id, lead.source_id)
     if not (source and source.cost_milestones) and not (campaign and campaign.delivery.revenue_milestones) \
             and price is None:
         return

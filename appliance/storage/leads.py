@@ -229,15 +229,3 @@ class Leads:
             "SELECT max(submission_number) FROM submissions WHERE lead_id = ? AND tenant_id = ?", (lead_id, tenant_id)
         ).fetchone()
         return found[0] if found else None
-
-    def counts_by(self, tenant_id: str, group_by: str, after_id: str, before_id: str) -> list[tuple[str, str, int]]:
-        """(group key, status, leads) of the leads in the id range; `endpoint` groups by campaign
-        (the caller knows each campaign's endpoint); `day` by the UTC quarter hour of creation,
-        as `Ledger.money_by` does."""
-        key = {"campaign": "campaign_id", "endpoint": "campaign_id", "client": "client_id",
-               "source": "source_id"}.get(group_by) \
-            or "substr(created_at, 1, 14) || (CAST(substr(created_at, 15, 2) AS INTEGER) / 15)"
-        return self._conn.execute(
-            f"SELECT {key}, status, count(*) FROM leads INDEXED BY leads_by_tenant"
-            " WHERE tenant_id = ? AND lead_id >= ? AND lead_id < ? GROUP BY 1, 2",
-            (tenant_id, after_id, before_id)).fetchall()

@@ -12,8 +12,6 @@ from appliance.ids import new_id
 
 _COLUMNS = ("entry_id, lead_id, submission_id, campaign_id, client_id, source_id, delivery_endpoint_id, kind,"
             " amount, currency, lead_status, created_at")
-_GROUP_COLUMNS = {"campaign": "campaign_id", "client": "client_id", "source": "source_id",
-                  "endpoint": "delivery_endpoint_id"}
 
 
 @dataclass(frozen=True)
@@ -84,13 +82,3 @@ class Ledger:
         return self._conn.execute(
             "SELECT amount, currency FROM ledger_entries WHERE tenant_id = ? AND submission_id = ?"
             " AND kind = 'revenue' AND lead_status = 'delivered'", (tenant_id, submission_id)).fetchall()
-
-    def money_by(self, tenant_id: str, group_by: str, after_id: str, before_id: str) -> list[tuple]:
-        """(group key, currency, cost, revenue net of returns) of the entries in the id range;
-        by `day`, the key is the entry's UTC quarter hour (`YYYY-MM-DDTHH:Q`, Q = 0..3)."""
-        key = _GROUP_COLUMNS.get(group_by) or "substr(created_at, 1, 14) || (CAST(substr(created_at, 15, 2) AS INTEGER) / 15)"
-        return self._conn.execute(
-            f"SELECT {key}, currency, total(CASE WHEN kind = 'cost' THEN amount END),"
-            " total(CASE WHEN kind != 'cost' THEN amount END) FROM ledger_entries INDEXED BY ledger_entries_by_tenant"
-            " WHERE tenant_id = ? AND entry_id >= ? AND entry_id < ? GROUP BY 1, 2",
-            (tenant_id, after_id, before_id)).fetchall()
