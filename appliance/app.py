@@ -14,7 +14,9 @@ from litestar.routes import HTTPRoute
 from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
-from appliance.api import campaigns, catalog, files, health, leads, ledger, metrics, openapi, pixels, sms, submissions
+from appliance.api import (
+    campaigns, catalog, files, health, leads, ledger, metrics, openapi, pixels, reports, sms, submissions, webhooks,
+)
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY
 from appliance.api.submit_edge import answer_submit
@@ -23,6 +25,7 @@ from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.delivery import DeliveryWorker
 from appliance.jobs.ticker import flush_activity, run_ticker
+from appliance.jobs.webhooks import WebhookSender
 from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
 from appliance.services.tenant_settings import SettingsCache
@@ -98,8 +101,9 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     registry = registry if registry is not None else load_plugins(runtime.config)
-    settings = SettingsCache(runtime.store)
+    settings = SettingsCache(runtime.store, plugins_listen=registry.listens_to_lead_events)
     worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
+    sender = WebhookSender(runtime, registry)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -107,18 +111,21 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         tasks = [asyncio.create_task(run_ticker(runtime, stop))] if background else []
         if background and runtime.config.delivery.concurrency > 0:
             tasks.append(asyncio.create_task(worker.run(stop)))
+        if background and runtime.config.webhooks.concurrency > 0:
+            tasks.append(asyncio.create_task(sender.run(stop)))
         try:
             yield
         finally:
             stop.set()
             worker.wake()
+            sender.wake()
             for task in tasks:
                 await task
             await flush_activity(runtime)
 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
-                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES,
+                        *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled)],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
@@ -137,4 +144,5 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app.state.campaign_pages = campaigns.PageCache()
     app.state.registry = registry
     app.state.worker = worker
+    app.state.webhook_sender = sender
     return app

@@ -5,19 +5,24 @@ create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
+import csv
 import gc
+import io
 import itertools
 import json
+import re
 import socket
 import stat
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import wraps
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
+import msgspec
 
 from appliance import __version__, logs
 from appliance.services import tenancy
@@ -127,7 +132,10 @@ def _cannot_listen(host: str, port: int) -> str | None:
     return None
 
 
-def _serve(config: Config, host: str | None, port: int | None, banner: Callable[[str], None] | None = None) -> None:
+def _serve(config: Config, host: str | None, port: int | None,
+           setup: Callable[[], Callable[[str], None]] | None = None) -> None:
+    """`setup` (demo) prepares the install once the port is free and the folder is ours, and
+    returns the banner to print; without it the install must exist."""
     import uvicorn
 
     from appliance.api.server_protocol import server_protocol
@@ -139,7 +147,12 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
     problem = _cannot_listen(bind_host, bind_port)
     if problem:
         _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
-    if not config.data_dir.is_dir():
+    if setup is not None:
+        try:
+            private_folder(config.data_dir)
+        except OSError as exc:
+            _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
+    elif not config.data_dir.is_dir():
         _fail(f"no data folder at {config.data_dir}: run `appliance init` first, "
               "or point [storage] path at the data folder")
     try:  # before the database is opened: a second server must not touch it at all
@@ -147,10 +160,14 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
     except DataFolderBusy as exc:
         _fail(str(exc))
     try:
+        banner = setup() if setup is not None else None
         runtime = open_runtime(config)
     except (StorageError, SecretError) as exc:
         lock.close()
         _fail(str(exc))
+    except BaseException:  # setup refused (one line already printed): the folder is free again
+        lock.close()
+        raise
     try:
         app = create_app(runtime)
     except PluginError as exc:
@@ -172,7 +189,7 @@ def _serve(config: Config, host: str | None, port: int | None, banner: Callable[
         # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
         uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
-                    access_log=False, server_header=False, proxy_headers=False, lifespan="on",
+                    access_log=False, server_header=False, proxy_headers=False, lifespan="on", ws="none",
                     http=server_protocol(config.server))
     finally:
         runtime.close()
@@ -194,30 +211,36 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 @click.pass_context
 def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Set up a demo tenant with sample campaigns, print a fresh key and a curl line, and serve."""
-    from appliance.services.demo import DEMO_LEAD, ensure_demo_tenant
+    from appliance.services.demo import ensure_demo_tenant
 
     config = ctx.obj["config"]()
-    try:
-        runtime = create_runtime(config)
-    except (StorageError, SecretError) as exc:
-        _fail(str(exc))
-    except OSError as exc:
-        _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
-    try:
-        tenant_id, key = ensure_demo_tenant(runtime)
-    finally:
-        runtime.close()
 
-    def banner(base_url: str) -> None:
-        click.echo(f"demo tenant {tenant_id}")
-        click.echo(f"API key (shown once): {key}")
-        click.echo("submit a lead (the demo buyer inside the appliance takes it within a second):")
-        click.echo(f"  curl -s -X POST -H 'X-API-Key: {key}' -H 'Content-Type: application/json' "
-                   f"{base_url}/api/v1/leads/submit -d '{json.dumps(DEMO_LEAD, separators=(',', ':'))}'")
-        click.echo("then see it delivered:")
-        click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/leads")
+    def setup() -> Callable[[str], None]:
+        try:
+            runtime = create_runtime(config)
+        except (StorageError, SecretError) as exc:
+            _fail(str(exc))
+        except OSError as exc:
+            _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
+        try:
+            tenant_id, key = ensure_demo_tenant(runtime)
+        finally:
+            runtime.close()
+        return lambda base_url: _demo_banner(tenant_id, key, base_url)
 
-    _serve(config, host, port, banner)
+    _serve(config, host, port, setup)
+
+
+def _demo_banner(tenant_id: str, key: str, base_url: str) -> None:
+    from appliance.services.demo import DEMO_LEAD
+
+    click.echo(f"demo tenant {tenant_id}")
+    click.echo(f"API key (shown once): {key}")
+    click.echo("submit a lead (the demo buyer inside the appliance takes it within a second):")
+    click.echo(f"  curl -s -X POST -H 'X-API-Key: {key}' -H 'Content-Type: application/json' "
+               f"{base_url}/api/v1/leads/submit -d '{json.dumps(DEMO_LEAD, separators=(',', ':'))}'")
+    click.echo("then see it delivered:")
+    click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/leads")
 
 
 @main.group()
@@ -290,8 +313,11 @@ def key_revoke(runtime: Runtime, key_id: str) -> None:
 def import_(runtime: Runtime, tenant_id: str, file: str, as_json: bool) -> None:
     """Upsert a tenant bundle (JSON or TOML) into a tenant."""
     counts = tenancy.import_bundle(runtime, tenant_id, _read(file), format_from_filename(file))
-    _emit(as_json, {"tenantId": tenant_id, "file": file, "imported": counts},
-          "imported " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    shown_once = counts.pop("webhookSecrets", {})
+    _emit(as_json, {"tenantId": tenant_id, "file": file, "imported": counts,
+                    **({"webhookSecrets": shown_once} if shown_once else {})},
+          "imported " + ", ".join(f"{n} {k}" for k, n in counts.items())
+          + "".join(f"\nwebhook {hook} signs with {secret} (shown once: keep it)" for hook, secret in shown_once.items()))
 
 
 @main.command()
@@ -341,6 +367,7 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
     """Replace the database with BACKUP (checked first; refused while a server runs on the data
     folder). The database it replaces is kept beside it."""
     config = ctx.obj["config"]()
+    _check_backup(config, Path(backup_file))  # before anything is created
     try:
         private_folder(config.data_dir)
     except OSError as exc:
@@ -355,7 +382,8 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
         lock.close()
 
 
-def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> None:
+def _check_backup(config: Config, backup_file: Path) -> None:
+    """A sound appliance database whose secrets open with this install's master key."""
     try:
         sealed_with = inspect_backup(backup_file)
         if sealed_with is not None:
@@ -365,6 +393,9 @@ def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> Non
                       f"{config.master_key_path} is {box.key_id}: put that install's master key in place first")
     except (StorageError, SecretError) as exc:
         _fail(str(exc))
+
+
+def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> None:
     if not yes:
         if not sys.stdin.isatty():
             _fail("restore replaces the database: confirm with --yes")
@@ -467,3 +498,86 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
     lines += [f"error     {e['plugin'] or '-':<20} {e['file']}: {e['error']}" for e in errors]
     lines.append("plugin folders: " + (", ".join(dirs) or "none"))
     _emit(as_json, {"adapters": adapters, "errors": errors, "dirs": dirs}, "\n".join(lines))
+
+
+_REPORT_OPTIONS = {"groupBy": "--group-by", "startDate": "--from", "endDate": "--to", "timezone": "--timezone"}
+_REPORT_COLUMNS = ("key", "label", "leads", "qualified", "delivered", "failed", "duplicate", "disqualified",
+                   "returned", "cost", "revenue", "margin", "currency")
+
+
+@main.command()
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--group-by", "group_by", default="campaign", show_default=True,
+              help="campaign, client, source, endpoint or day.")
+@click.option("--from", "start", default=None,
+              help="First day, YYYY-MM-DD (or an ISO timestamp); default: 29 days before --to.")
+@click.option("--to", "end", default=None, help="Last day, included (or an ISO timestamp); default: today.")
+@click.option("--timezone", default="UTC", show_default=True, help="IANA time zone of the days.")
+@click.option("--json", "as_json", is_flag=True, help="The API's data object.")
+@click.option("--csv", "as_csv", is_flag=True, help="One row per key and currency, with a header row.")
+@admin_command
+def report(runtime: Runtime, tenant_id: str, group_by: str, start: str | None, end: str | None, timezone: str,
+           as_json: bool, as_csv: bool) -> None:
+    """Leads and money of a date range by campaign, client, source, endpoint or day (as GET
+    /api/v1/reports/summary). Counts are the leads created in the range, by their status now;
+    money is the ledger entries created in it, revenue net of returns."""
+    from appliance.errors import ValidationFailed
+    from appliance.services import reports
+
+    def usage(problem: str) -> None:
+        click.echo(f"error: {problem}", err=True)
+        sys.exit(2)
+
+    if as_json and as_csv:
+        usage("--json and --csv: choose one")
+    try:
+        span = reports.summary_range(group_by, start, end, timezone, runtime.clock.now())
+    except ValidationFailed as exc:  # the API's names for the options
+        usage(re.sub(r"\b(groupBy|startDate|endDate|timezone)\b", lambda m: _REPORT_OPTIONS[m[1]],
+                     "; ".join(exc.details or [])))
+    if not runtime.store.reader().tenants.tenant_exists(tenant_id):
+        _fail(f"tenant {tenant_id} does not exist")
+    data = msgspec.to_builtins(reports.read_summary(runtime.store.reader(), tenant_id, span))
+    if as_json:
+        _emit(True, data, "")
+    elif as_csv:
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(_REPORT_COLUMNS)
+        writer.writerows([["" if row[c] is None else row[c] for c in _REPORT_COLUMNS] for row in data["rows"]])
+        click.echo(out.getvalue(), nl=False)
+    else:
+        click.echo(_report_table(data))
+
+
+def _report_table(data: dict) -> str:
+    """The summary as aligned columns, a total line per currency under them."""
+    zone = ZoneInfo(data["timezone"])
+    start, end = (datetime.fromisoformat(data[k].replace("Z", "+00:00")).astimezone(zone)
+                  for k in ("rangeStart", "rangeEnd"))
+    counters = _REPORT_COLUMNS[2:9]
+    head = ["day" if data["groupBy"] == "day" else data["groupBy"], *counters, "cost", "revenue", "margin", ""]
+
+    def line(label: str, row: dict, money: dict | None) -> list[str]:
+        amounts = [f"{money[k]:,.2f}" for k in ("cost", "revenue", "margin")] if money else ["-", "-", "-"]
+        return [label, *(str(row[c]) for c in counters), *amounts, (money or {}).get("currency") or ""]
+
+    def name(row: dict) -> str:
+        key, label = row["key"], row["label"]
+        return label if key is None or key == label else f"{label} ({key})"
+
+    table = [head] + [line(name(r), r, r if r["currency"] else None) for r in data["rows"]]
+    totals = data["totals"]
+    money_rows = totals["byCurrency"] or [None]
+    table += [line("total" if i == 0 else "", totals if i == 0 else dict.fromkeys(counters, ""), m)
+              for i, m in enumerate(money_rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    text = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in table]
+    text.insert(len(table) - len(money_rows), "-" * len(text[0]))
+    if start.time() == end.time() == datetime.min.time():  # whole days
+        span = f"{start:%Y-%m-%d} to {end - timedelta(days=1):%Y-%m-%d}"
+    else:
+        span = f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} (end excluded)"
+    title = f"Leads and money by {data['groupBy']}, {span}, {data['timezone']}"
+    return "\n".join([title, "", *text] if data["rows"] else [title, "", "no leads and no money in this range"])

@@ -59,7 +59,7 @@ class LoggingConfig(Settings):
 class StorageConfig(Settings):
     path: str = "./data"  # folder holding appliance.db (relative to the working directory)
     synchronous: str = "FULL"
-    activity_log_days: int = 90  # request log rows older than this are purged; 0 keeps them all
+    activity_log_days: int = 90  # request log and webhook attempt rows older than this are purged; 0 keeps all
 
     def __post_init__(self) -> None:
         if self.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
@@ -88,6 +88,20 @@ class DeliveryConfig(Settings):
     def __post_init__(self) -> None:
         if self.concurrency < 0:
             invalid("concurrency", "must be 0 (no delivery worker) or more")
+
+
+class WebhooksConfig(Settings):
+    # Events sent at once across all subscriptions; 0 sends none from this process (they wait in
+    # the outbox until a process that sends runs). Private receivers follow
+    # [delivery] allow_private_addresses.
+    concurrency: int = 16
+    timeout_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 0:
+            invalid("concurrency", "must be 0 (send no events) or more")
+        if not 0 < self.timeout_seconds <= 60:
+            invalid("timeout_seconds", "must be greater than 0 and at most 60")
 
 
 class TwilioConfig(Settings):
@@ -190,6 +204,7 @@ class Config(Settings):
     storage: StorageConfig = msgspec.field(default_factory=StorageConfig)
     security: SecurityConfig = msgspec.field(default_factory=SecurityConfig)
     delivery: DeliveryConfig = msgspec.field(default_factory=DeliveryConfig)
+    webhooks: WebhooksConfig = msgspec.field(default_factory=WebhooksConfig)
     sms: SmsConfig = msgspec.field(default_factory=SmsConfig)
     pixels: PixelsConfig = msgspec.field(default_factory=PixelsConfig)
     plugins: PluginsConfig = msgspec.field(default_factory=PluginsConfig)

@@ -51,8 +51,13 @@ def ensure_master_key(path: Path) -> bool:
 def load_master_key(path: Path) -> bytes:
     try:
         key = base64.b64decode(path.read_bytes().strip(), validate=True)
-    except (OSError, ValueError) as exc:
-        raise SecretError(f"cannot read the master key file {path}: {type(exc).__name__}") from None
+    except FileNotFoundError:
+        raise SecretError(f"no master key at {path}: restore it from your copy, or point "
+                          "[security] master_key_file at it") from None
+    except OSError as exc:
+        raise SecretError(f"cannot read the master key file {path}: {exc.strerror}") from None
+    except ValueError:
+        raise SecretError(f"the master key file {path} is not a base64 key (was it edited or truncated?)") from None
     if len(key) != 32:
         raise SecretError(f"the master key file {path} does not hold a 256-bit key")
     return key

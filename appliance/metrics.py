@@ -33,7 +33,7 @@ class Metrics:
         counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self._latency_sum[key] += seconds
 
-    def families(self, queue: Callable[[], list[tuple[str, str, int]]]) -> Iterator[Any]:
+    def families(self, queue: Callable[[], Any], backlog: Callable[[], Any]) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         submits = CounterMetricFamily("appliance_submits", "Leads submitted, by the status the submit answered",
@@ -51,6 +51,13 @@ class Metrics:
         for kind, state, count in queue():
             depth.add_metric([kind, state], count)
         yield depth
+        waiting = GaugeMetricFamily("appliance_webhook_backlog",
+                                    "Webhook events not yet delivered, by whether they wait for a retry",
+                                    labels=["state"])
+        fresh, retrying = backlog()
+        waiting.add_metric(["queued"], fresh)
+        waiting.add_metric(["retrying"], retrying)
+        yield waiting
         latency = HistogramMetricFamily("appliance_request_duration_seconds",
                                         "Time to answer a request, by method and route", labels=["method", "route"])
         for (method, route), counts in sorted(self._latency.items()):
@@ -63,18 +70,19 @@ class Metrics:
 
 
 class _Collector:
-    def __init__(self, metrics: Metrics, queue: Callable[[], list[tuple[str, str, int]]]) -> None:
+    def __init__(self, metrics: Metrics, queue: Callable[[], Any], backlog: Callable[[], Any]) -> None:
         self.metrics = metrics
         self.queue = queue
+        self.backlog = backlog
 
     def collect(self) -> Iterator[Any]:
-        return self.metrics.families(self.queue)
+        return self.metrics.families(self.queue, self.backlog)
 
 
-def exposition(metrics: Metrics, queue: Callable[[], list[tuple[str, str, int]]]) -> Callable[[], bytes]:
+def exposition(metrics: Metrics, queue: Callable[[], Any], backlog: Callable[[], Any]) -> Callable[[], bytes]:
     """A function that renders the current metrics (one registry for the app, not the global one)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics, queue))  # type: ignore[arg-type]
+    registry.register(_Collector(metrics, queue, backlog))  # type: ignore[arg-type]
     return lambda: generate_latest(registry)

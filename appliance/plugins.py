@@ -19,6 +19,7 @@ import importlib.util
 import inspect
 import logging
 import sys
+import traceback
 import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -141,9 +142,26 @@ class Registry:
                     raise TypeError("returned an awaitable; hooks are plain functions")
             except Exception as exc:  # a plugin's bug must not fail the submission
                 problem = f"{impl.plugin_name}: {self.describe_error(exc, impl.plugin_name)}"
-                log.warning("plugin intake action failed: %s", problem)
+                log.warning("plugin intake action failed: %s\n%s", problem, self._stack(exc, impl.plugin_name))
                 problems.append(problem)
         return problems
+
+    @property
+    def listens_to_lead_events(self) -> bool:
+        return bool(self.pm.hook.on_lead_event.get_hookimpls())
+
+    def call_lead_event(self, tenant_id: str, event: dict[str, Any]) -> None:
+        """Every plugin's `on_lead_event`; a plugin that raises is logged with its traceback, and
+        the others still get the event."""
+        for impl in self.pm.hook.on_lead_event.get_hookimpls():
+            try:
+                result = impl.function(**_arguments(impl, tenant_id=tenant_id, event=event))
+                if inspect.iscoroutine(result):
+                    result.close()
+                    raise TypeError("returned an awaitable; hooks are plain functions")
+            except Exception as exc:  # a plugin's bug must not hold up the events
+                log.error("plugin %s: on_lead_event(%s) raised %s\n%s", impl.plugin_name, event.get("type"),
+                          self.describe_error(exc, impl.plugin_name), self._stack(exc, impl.plugin_name))
 
     def prompt_evaluator(self) -> Callable[[Condition, dict], bool | None] | None:
         """The evaluator for `prompt` rule conditions, or None when no plugin implements one."""
@@ -155,13 +173,18 @@ class Registry:
             try:
                 verdict = hook(prompt=condition.prompt or "", facts=dict(facts))
             except Exception as exc:  # no verdict: the condition is skipped
-                log.warning("prompt evaluator failed: %s", _redact(_one_line(exc), self._tables))
+                log.warning("prompt evaluator failed: %s\n%s", _redact(_one_line(exc), self._tables),
+                            _redact("".join(traceback.format_exception(exc)).rstrip(), self._tables))
                 return None
             return None if verdict is None else bool(verdict)
 
         return evaluate
 
     # ---- loading --------------------------------------------------------------------------------
+
+    def _stack(self, exc: BaseException, plugin: str | None) -> str:
+        """The traceback, with the plugin's configured values blanked out."""
+        return _redact("".join(traceback.format_exception(exc)).rstrip(), self._tables.get(plugin or "", {}))
 
     def describe_error(self, exc: BaseException, plugin: str | None) -> str:
         """`Type: message` on one line, with the plugin's configured values blanked out."""

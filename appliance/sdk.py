@@ -164,3 +164,8 @@ class HookSpecs:
     @hookspec(firstresult=True)
     def appliance_evaluate_prompt(self, prompt: str, facts: dict[str, Any]) -> bool | None:
         """Decide a rule condition written as a prompt; None leaves it skipped."""
+
+    @hookspec
+    def on_lead_event(self, tenant_id: str, event: dict[str, Any]) -> None:
+        """A lead event (`{type, timestamp, data}`, as webhooks get it), after the change that
+        caused it is committed, in order per lead. Raising is logged and changes nothing."""

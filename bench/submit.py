@@ -3,7 +3,10 @@ connections, realistic ~1.5 KB leads, a campaign with 10 rule sets, 3 routing ru
 on, `synchronous=FULL`; and, in the same run, a bare Litestar endpoint that only decodes the same
 body into a struct. Reports submits/s, p50/p99 and the ratio appliance / bare.
 
-    python -m bench.submit [--duration 10] [--connections 64] [--repeat 3]
+    python -m bench.submit [--duration 10] [--connections 64] [--repeat 3] [--webhook]
+
+`--webhook` subscribes a webhook to every event (a local receiver, bench/buyer.py on the client's
+CPU): the server then also writes each event to the outbox and sends it from the same process.
 
 The server runs with `[delivery] concurrency = 0` (intake only) so the figure is the intake's;
 bench/delivery.py measures delivery. Server pinned to CPU 0, load client to CPU 1 (2 cores)."""
@@ -132,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS / "submit.json")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, client on CPU 1 (--no-pin: the OS places them)")
+    parser.add_argument("--webhook", action="store_true",
+                        help="subscribe a webhook to every event (receiver: bench/buyer.py on the client CPU)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy record the appliance server during its measurement (slows it down)")
     parser.add_argument("--profile-threads", action="store_true",
@@ -146,21 +151,31 @@ def main(argv: list[str] | None = None) -> int:
     try:
         port, bare_port = free_port(), free_port()
         config = work / "appliance.toml"
+        private = "allow_private_addresses = true\n" if args.webhook else ""
         config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
-                          f'[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n[plugins]\ndirs = []\n')
+                          f'[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n{private}'
+                          f'[plugins]\ndirs = []\n')
         appliance_cli(config, "init")
         tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
         _KEY = os.environ["BENCH_SUBMIT_KEY"] = json.loads(
             appliance_cli(config, "key", "create", "--tenant", tenant, "--json"))["key"]
-        (work / "bundle.json").write_text(json.dumps(bundle()))
+        receiver_port = free_port()
+        tenant_bundle = bundle()
+        if args.webhook:
+            tenant_bundle["webhooks"] = [{"webhookId": "bench", "url": f"http://127.0.0.1:{receiver_port}/hooks"}]
+        (work / "bundle.json").write_text(json.dumps(tenant_bundle))
         appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
 
-        def start(name: str, cmd: list[str], listen: int) -> subprocess.Popen:
+        def start(name: str, cmd: list[str], listen: int, cpu: int | None = server_cpu) -> subprocess.Popen:
             log = open(work / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pin(server_cpu))
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_pin(cpu))
             procs.append(proc)
             wait_for_port(listen, proc=proc)
             return proc
+
+        if args.webhook:
+            start("receiver", [sys.executable, "-m", "bench.buyer", "--port", str(receiver_port)], receiver_port,
+                  client_cpu)
 
         app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
                                   str(port)], port)
@@ -181,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
         db = apsw.Connection(str(conn_db), flags=apsw.SQLITE_OPEN_READONLY)
         statuses = dict(db.execute("SELECT status, count(*) FROM leads GROUP BY status").fetchall())
+        waiting_events = db.execute("SELECT count(*) FROM webhook_outbox").fetchone()[0]
         db.close()
     finally:
         os.sched_setaffinity(0, old_affinity)
@@ -198,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['server_cpu_us_per_request']:>7.0f} "
               f"{r['other_cpu_pct']:>5.0f}%  {bad or '-'} {r['errors'] or '-'}")
     print(f"lead statuses stored: {statuses}")
+    if args.webhook:
+        print(f"webhook events still waiting at the end: {waiting_events}")
     print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")
     print(f"targets: >= {TARGET_RPS}/s {'met' if app_run['rps'] >= TARGET_RPS else 'MISSED'}, "
           f"p99 < {TARGET_P99_MS} ms {'met' if app_run['latency_ms']['p99'] < TARGET_P99_MS else 'MISSED'}")
@@ -207,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "versions": {n: _version(n) for n in ("litestar", "msgspec", "uvicorn", "uvloop", "httptools", "apsw")},
         "settings": vars(args) | {"out": str(args.out)}, "runs": runs, "rounds": rounds, "ratio": ratio,
-        "lead_statuses": statuses}, indent=2) + "\n")
+        "lead_statuses": statuses, "webhook_events_waiting": waiting_events if args.webhook else None},
+        indent=2) + "\n")
     return 0
 
 

@@ -85,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--top", type=int, default=40)
     parser.add_argument("--sort", default="tottime", choices=("tottime", "cumulative", "ncalls"))
+    parser.add_argument("--webhook", action="store_true",
+                        help="subscribe a webhook to every event: the submit also writes its events to the outbox"
+                             " (nothing is sent: no background loops run here)")
     parser.add_argument("--writer", action="store_true",
                         help="profile the database writer thread instead of the event-loop thread")
     args = parser.parse_args(argv)
@@ -98,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         runtime = create_runtime(load_config(config_file))
         try:
             tenant = tenancy.create_tenant(runtime, "Bench")
-            tenancy.import_bundle(runtime, tenant, json.dumps(bundle()).encode(), "json")
+            tenant_bundle = bundle()
+            if args.webhook:
+                tenant_bundle["webhooks"] = [{"webhookId": "bench", "url": "https://hooks.example.com/leads"}]
+            tenancy.import_bundle(runtime, tenant, json.dumps(tenant_bundle).encode(), "json")
             key = tenancy.create_key(runtime, tenant, name="bench").key
             app = create_app(runtime, background=False)
             serial = itertools.count(1)

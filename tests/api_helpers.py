@@ -1,9 +1,10 @@
 """What the API tests share (this module holds no tests): assertions on the response envelope,
-the documented routes, and a submitted lead to work on."""
+the documented routes, a submitted lead to work on, and the samples of a /metrics answer."""
 
 from __future__ import annotations
 
 from litestar.routes import HTTPRoute
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.servers import person
 
@@ -56,3 +57,9 @@ def submission_of(client, tenant, lead_id: str) -> str:
 
 FILE = {"fileKey": "license", "fileName": "license.pdf", "fileType": "pdf",
         "documentUrl": "https://files.example.com/license.pdf"}
+
+
+def samples(text: str) -> dict[tuple[str, tuple], float]:
+    """A /metrics answer as {(sample name, sorted labels): value}."""
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}

@@ -18,18 +18,23 @@ BODIES = {
                                b'"documentUrl":"https://files.example.com/a.pdf"}',
     ("PATCH", "/api/v1/leads/bulk"): b'{"leadIds":["{leadId}"],"updates":{"notes":"%s"}}',
     ("POST", "/api/v1/leads/{leadId}/approve"): b'{"status":"approved","reason":"%s"}',
+    ("POST", "/api/v1/leads/{leadId}/return"): b'{"reason":"%s"}',
     ("POST", "/api/v1/leads/{leadId}/repost"): b'{"deliveryInfo":{"deliveryEndpointId":"%s"}}',
     ("POST", "/api/v1/leads/{leadId}/deliver"): b'{"campaignId":"AC0%s"}',
     ("PATCH", "/api/v1/submissions/{submissionId}"): b'{"result":"%s"}',
     ("POST", "/api/v1/sms/send"): b'{"leadId":"{leadId}","message":"%s"}',
     ("POST", "/api/v1/pixels/fire"): b'{"leadId":"{leadId}","pixelId":"A-px","platform":"social",'
                                      b'"eventName":"%s"}',
+    ("POST", "/api/v1/webhooks"): b'{"url":"https://hooks.example.com/x","description":"%s"}',
+    ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
 }
 SPOILED_FIELD = {
     "/api/v1/leads/submit": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
-    "/api/v1/leads/{leadId}/approve": "reason", "/api/v1/leads/{leadId}/repost": "deliveryInfo.deliveryEndpointId",
+    "/api/v1/leads/{leadId}/approve": "reason", "/api/v1/leads/{leadId}/return": "reason",
+    "/api/v1/leads/{leadId}/repost": "deliveryInfo.deliveryEndpointId",
     "/api/v1/leads/{leadId}/deliver": "campaignId", "/api/v1/submissions/{submissionId}": "result",
-    "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName",
+    "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
+    "/api/v1/webhooks/{webhookId}": "description",
 }
 
 
@@ -37,7 +42,9 @@ SPOILED_FIELD = {
 def ids(client, tenant) -> dict[str, str]:
     lead_id = submit(client, tenant, "AC01", 1)
     client.post("/api/v1/files", json={"leadId": lead_id, **FILE}, headers=tenant.headers)
-    return {"leadId": lead_id, "submissionId": submission_of(client, tenant, lead_id)}
+    client.post("/api/v1/webhooks", json={"url": "https://hooks.example.com/x", "webhookId": "hook"},
+                headers=tenant.headers)
+    return {"leadId": lead_id, "submissionId": submission_of(client, tenant, lead_id), "webhookId": "hook"}
 
 
 def body_routes(app) -> list[tuple[str, str]]:

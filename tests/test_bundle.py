@@ -273,6 +273,8 @@ def test_every_bad_item_is_reported():
      "deliveryEndpoints[0].url: must be an http or https URL with a host"),
     ({"deliveryEndpoints": [{"deliveryEndpointId": "e", "url": "https://x", "timeoutSeconds": 0}]},
      "deliveryEndpoints[0].timeoutSeconds: must be greater than 0 and at most 120"),
+    ({"deliveryEndpoints": [{"deliveryEndpointId": "e", "url": "https://x", "returnWindowDays": -1}]},
+     "deliveryEndpoints[0].returnWindowDays: must be between 0 and 3650 days"),
     ({"deliveryEndpoints": [{"deliveryEndpointId": "e", "url": "https://x",
                              "fieldMapping": [{"clientKey": "a", "leadField": "email", "value": 1}]}]},
      "deliveryEndpoints[0].fieldMapping[0].leadField: exactly one of leadField or value is required"),

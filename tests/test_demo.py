@@ -49,5 +49,7 @@ def test_the_demo_banner_curl_lines_work_and_the_lead_is_delivered(tmp_path):
                 assert time.monotonic() < deadline, leads
                 time.sleep(0.2)
             assert leads[0]["leadId"] == submitted["leadId"]
+            again = run(commands[0])["data"]  # pasted twice, or on the next demo start: not a duplicate
+            assert again["status"] == "qualified" and again["leadId"] != submitted["leadId"], again
         finally:
             stop_process(proc)

@@ -200,3 +200,8 @@ def test_nothing_points_outside_the_repository(place):
                  for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
                  if "../shared" in line or "shared/" in line]
     assert not offending, offending
+
+
+def test_the_served_api_description_points_nowhere_outside(client):
+    text = client.get("/schema/openapi.json").text
+    assert "../" not in text and "shared/" not in text and "CONTRACT" not in text and "DESIGN.md" not in text

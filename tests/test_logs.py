@@ -152,3 +152,43 @@ def log_two_lines(capsys):
     logging.getLogger("appliance.test").info("after")
     before, after = capsys.readouterr().err.strip().splitlines()
     assert before.endswith("[requestId=req_2]") and after.endswith("[requestId=req_2 tenantId=tnt_2]")
+
+
+RAISING_KINDS = '''
+from appliance.sdk import SmsProvider, hookimpl
+
+class Sms(SmsProvider):
+    name = "raising_sms"
+    async def send(self, message, http):
+        raise RuntimeError("sms down, token " + message.credentials["authToken"])
+
+@hookimpl
+def appliance_sms_providers(settings):
+    return [Sms()]
+'''
+
+
+def test_an_sms_plugin_exception_is_logged_with_its_message_and_traceback(runtime, tmp_path, caplog):
+    from litestar.testing import TestClient
+
+    from appliance.app import create_app
+    from tests.conftest import make_tenant
+
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "raising_kinds.py").write_text(RAISING_KINDS)
+    bundle = standard_bundle()
+    bundle["sms"]["providers"][0].update(type="raising_sms")
+    tenant = make_tenant(runtime, "T", bundle)
+    with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as client:
+        lead = client.post("/api/v1/leads/submit", headers=tenant.headers, json={
+            "campaignId": "AC01", "firstName": "Ann", "lastName": "Lee", "email": "ann@example.com",
+            "phone": "+14155550100"})
+        assert lead.status_code == 201, lead.text
+        lead_id = lead.json()["data"]["leadId"]
+        sms = client.post("/api/v1/sms/send", json={"leadId": lead_id, "message": "hi"}, headers=tenant.headers)
+    assert sms.status_code == 502
+    assert "SMS provider failed: RuntimeError: sms down, token ***" in sms.json()["error"]["details"]
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "raising_sms' raised RuntimeError: sms down, token ***" in logged
+    assert "raising_kinds.py" in logged and "in send" in logged  # where it was raised
+    assert "sms-secret-token-456" not in logged

@@ -6,21 +6,16 @@ from __future__ import annotations
 
 import httpx
 from litestar.testing import TestClient
-from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 
+from tests.api_helpers import samples
 from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer, wait_until
 from tests.conftest import make_tenant
 from tests.servers import live_server, person, write_config
-
-
-def samples(text: str) -> dict[tuple[str, tuple], float]:
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def test_metrics_count_submits_deliveries_queue_and_latency(tmp_path):

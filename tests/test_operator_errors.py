@@ -216,6 +216,26 @@ def test_serve_is_the_default_command_and_a_second_server_on_the_folder_is_refus
     cli("restore", backup, "--yes")  # the folder is free again once the server is gone
 
 
+def test_demo_on_a_served_folder_or_a_taken_port_changes_nothing(cli, server, tmp_path):
+    proc, port = server
+    tenants = cli.json("tenant", "list")
+    one_error_line(cli("demo", "--port", str(free_port()), expect=1), "another appliance serve", f"pid {proc.pid}")
+    one_error_line(cli("demo", "--port", str(port), expect=1), f"cannot listen on 127.0.0.1:{port}")
+    assert cli.json("tenant", "list") == tenants  # no demo tenant, no key nobody saw
+
+
+def test_serve_refuses_a_missing_database_or_another_master_key(cli, tmp_path):
+    (tmp_path / "data" / "appliance.db").rename(tmp_path / "elsewhere.db")
+    one_error_line(cli("serve", "--port", str(free_port()), expect=1), "no database at", str(tmp_path / "data"))
+    assert not (tmp_path / "data" / "appliance.db").exists()
+    (tmp_path / "elsewhere.db").rename(tmp_path / "data" / "appliance.db")
+    cli.json("tenant", "create", "Sealed")
+    cli("import", "--tenant", cli.json("tenant", "list")[0]["tenantId"],
+        str(write(tmp_path / "b.json", json.dumps({"webhooks": [{"webhookId": "w", "url": "https://hooks.example.com/"}]}))))
+    (tmp_path / "data" / "master.key").write_text(base64.b64encode(os.urandom(32)).decode() + "\n")
+    one_error_line(cli("serve", "--port", str(free_port()), expect=1), "stored secrets were sealed with")
+
+
 def test_a_port_in_use_is_one_line(cli):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -247,3 +267,15 @@ def test_a_bundle_with_bad_utf8_in_a_string_is_one_line(cli, tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_bytes(b'{"campaigns": [{"campaignId": "AB1", "name": "\xff"}]}')
     one_error_line(cli("import", "--tenant", tenant_id, str(bad), expect=1), "not UTF-8")
+
+
+def test_restore_without_the_master_key_or_with_a_garbled_one_creates_nothing(cli, tmp_path):
+    tenant_id = cli.json("tenant", "create", "Sealed")["tenantId"]
+    cli("import", "--tenant", tenant_id, str(write(tmp_path / "b.json", json.dumps(standard_bundle()))))
+    backup = json.loads(cli("backup", str(tmp_path / "b.db"), "--json").stdout)["file"]
+    elsewhere = config_with(tmp_path, f'[storage]\npath = "{tmp_path / "new"}"\n', name="new.toml")
+    elsewhere.config_file.write_text(f'[storage]\npath = "{tmp_path / "new"}"\n')
+    one_error_line(elsewhere("restore", backup, "--yes", expect=1), f"no master key at {tmp_path / 'new' / 'master.key'}")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "data" / "master.key").write_text("not base64 at all!\n")
+    one_error_line(cli("tenant", "list", expect=1), "is not a base64 key")

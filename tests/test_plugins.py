@@ -24,7 +24,13 @@ from appliance import sdk
 from appliance.config import Config, PluginsConfig, load_config
 from appliance.domain.campaign import Condition
 from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.app import create_app
 from appliance.plugins import BUILTIN_MODULES, PluginError, load_plugins
+from litestar.testing import TestClient
+from tests.buyer_server import wait_until
+from tests.bundles import campaign
+from tests.conftest import make_tenant
+from tests.worker_helpers import lead_body
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -451,7 +457,60 @@ def test_example_webhook_refuses_unknown_settings(cli, config_file, plugin_dir):
                               "Object contains unknown field `urll`")
 
 
-HOOKS = [name for name in vars(sdk.HookSpecs) if name.startswith("appliance_")]
+def test_hook_on_lead_event(runtime, plugin_dir, caplog):
+    write(plugin_dir, "listener.py", """
+        from appliance.sdk import hookimpl
+        SEEN = []
+
+        @hookimpl
+        def on_lead_event(tenant_id, event):
+            SEEN.append((tenant_id, event["type"], event["data"]["leadId"], event["data"]["status"]))
+    """)
+    write(plugin_dir, "grumpy.py", """
+        from appliance.sdk import hookimpl
+
+        @hookimpl
+        def on_lead_event(event):
+            raise RuntimeError("crm down")
+    """)
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("PL1", "Plugins")]})
+    app = create_app(runtime)
+    app.state.webhook_sender.poll_seconds = 0.05
+    with TestClient(app, raise_server_exceptions=False) as client:
+        lead = client.post("/api/v1/leads/submit", json=lead_body("PL1"), headers=tenant.headers)
+        assert lead.status_code == 201 and lead.json()["data"]["status"] == "qualified"
+        lead_id = lead.json()["data"]["leadId"]
+        seen = app.state.registry.pm.get_plugin("listener").SEEN
+        assert wait_until(lambda: len(seen) == 3, 5), seen  # the campaign has no buyer: the lead fails
+        bulk = {"leadIds": [lead_id], "updates": {"status": "disqualified"}}
+        assert client.patch("/api/v1/leads/bulk", json=bulk, headers=tenant.headers).status_code == 200
+        assert wait_until(lambda: len(seen) == 4, 5), seen
+    assert seen == [(tenant.tenant_id, "lead.processed", lead_id, "qualified"),
+                    (tenant.tenant_id, "lead.qualified", lead_id, "qualified"),
+                    (tenant.tenant_id, "lead.failed", lead_id, "failed"),
+                    (tenant.tenant_id, "lead.disqualified", lead_id, "disqualified")]
+    failures = [r for r in caplog.records if "on_lead_event" in r.getMessage()]
+    assert len(failures) == 4 and "RuntimeError: crm down" in failures[0].getMessage()
+    assert "Traceback" in failures[0].getMessage()
+
+
+def test_example_lead_events_plugin_writes_each_event(runtime, plugin_dir, tmp_path, monkeypatch):
+    shutil.copy(ROOT / "plugins" / "example_lead_events.py", plugin_dir)
+    monkeypatch.setenv("APPLIANCE_LEAD_EVENTS_FILE", str(tmp_path / "events.jsonl"))
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("PL1", "Plugins")]})
+    app = create_app(runtime)
+    app.state.webhook_sender.poll_seconds = 0.05
+    with TestClient(app, raise_server_exceptions=False) as client:
+        lead_id = client.post("/api/v1/leads/submit", json=lead_body("PL1"), headers=tenant.headers).json()["data"]["leadId"]
+        written = tmp_path / "events.jsonl"
+        assert wait_until(lambda: written.exists() and len(written.read_text().splitlines()) == 3, 5)
+    lines = [json.loads(line) for line in written.read_text().splitlines()]
+    assert [(x["type"], x["leadId"], x["tenantId"]) for x in lines] == [
+        ("lead.processed", lead_id, tenant.tenant_id), ("lead.qualified", lead_id, tenant.tenant_id),
+        ("lead.failed", lead_id, tenant.tenant_id)]
+
+
+HOOKS = [name for name in vars(sdk.HookSpecs) if not name.startswith("_")]
 
 
 @pytest.mark.parametrize("hook", HOOKS)
@@ -463,4 +522,4 @@ def test_every_hook_has_a_test(hook):
 
 def test_the_hook_list_is_read_from_the_specs():
     assert set(HOOKS) == {name for name in dir(load_plugins(Config(plugins=PluginsConfig(dirs=[])),
-                                                             builtin_modules=()).pm.hook) if name.startswith("appliance_")}
+                                                             builtin_modules=()).pm.hook) if not name.startswith("_")}

@@ -196,7 +196,7 @@ def test_a_second_repost_is_invalid_state(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "failed")
     repost(api, tenant, data["leadId"], {})
     details = error_details(repost(api, tenant, data["leadId"], {}, expect=409), "INVALID_STATE")
-    assert details == ["status: the lead is qualified; only failed, rejected or error leads can be reposted"]
+    assert details == ["status: the lead is qualified; only failed, rejected, error or returned leads can be reposted"]
     assert state(api, runtime, tenant, data["leadId"]) == ("qualified", 2, 2)
 
 
@@ -352,7 +352,7 @@ def test_repost_of_a_lead_not_failed_rejected_or_error_is_invalid_state(api, run
         set_status(runtime, tenant, data["leadId"], status)
     for body in ({}, {"campaignId": "SC1", "modifiedPayload": {"firstName": "Zed"}}):
         details = error_details(repost(api, tenant, data["leadId"], body, expect=409), "INVALID_STATE")
-        assert details == [f"status: the lead is {status}; only failed, rejected or error leads can be reposted"]
+        assert details == [f"status: the lead is {status}; only failed, rejected, error or returned leads can be reposted"]
     lead = read_lead(api, runtime, tenant, data["leadId"])
     assert (lead["status"], lead["firstName"], len(lead["submissions"])) == (status, "Ada", 1)
 

@@ -62,6 +62,8 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     theirs = submit(client, other_tenant, "OC01", 2)
     their_submission = submission_of(client, other_tenant, theirs)
     client.post("/api/v1/files", json={"leadId": theirs, **FILE}, headers=other_tenant.headers)
+    client.post("/api/v1/webhooks", json={"url": "https://hooks.example.com/theirs", "webhookId": "theirhook"},
+                headers=other_tenant.headers)
     before = snapshot(runtime, other_tenant.tenant_id)
     h = tenant.headers
 
@@ -73,6 +75,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     not_found = {
         ("GET", "/api/v1/leads/{leadId}"): None,
         ("POST", "/api/v1/leads/{leadId}/approve"): {"status": "approved"},
+        ("POST", "/api/v1/leads/{leadId}/return"): {"reason": "wrong number"},
         ("POST", "/api/v1/leads/{leadId}/repost"): {},
         ("POST", "/api/v1/leads/{leadId}/deliver"): {"campaignId": "AC01"},
         ("GET", "/api/v1/submissions/{submissionId}"): None,
@@ -80,9 +83,14 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("GET", "/api/v1/files/{leadId}"): None,
         ("GET", "/api/v1/files/{leadId}/{fileKey}"): None,
         ("GET", "/api/v1/field-library/{key}"): None,
+        ("GET", "/api/v1/webhooks/{webhookId}"): None,
+        ("PATCH", "/api/v1/webhooks/{webhookId}"): {"url": "https://evil.example.com/x"},
+        ("DELETE", "/api/v1/webhooks/{webhookId}"): None,
+        ("GET", "/api/v1/webhooks/{webhookId}/deliveries"): None,
     }
     for (method, path), body in not_found.items():
-        url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield")
+        url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
+                   webhookId="theirhook")
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.
@@ -110,6 +118,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     listed = json.dumps([client.get(p, headers=h).json() for p in ("/api/v1/campaigns", "/api/v1/questionnaires",
                                                                    "/api/v1/field-library")])
     assert "OC0" not in listed and "O-q1" not in listed
+    assert client.get("/api/v1/webhooks", headers=h).json()["data"]["items"] == []
 
     assert snapshot(runtime, other_tenant.tenant_id) == before
     # Every route with a path parameter was tried above (a new one must be added here).
@@ -144,6 +153,8 @@ MASS_ASSIGNMENT = [
       for field in ("tenantId", "messageId", "status")],
     *[("/api/v1/pixels/fire", {"leadId": "{lead}", "pixelId": "A-px", "platform": "social", "eventName": "Lead",
                                field: "x"}, field) for field in ("tenantId", "eventId")],
+    *[("/api/v1/webhooks", {"url": "https://hooks.example.com/x", field: "x"}, field)
+      for field in ("tenantId", "createdAt", "updatedAt")],
 ]
 
 

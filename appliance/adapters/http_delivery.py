@@ -111,7 +111,7 @@ def _short_error(exc: BaseException) -> str:
     return text[:200]
 
 
-class _Target(NamedTuple):
+class Target(NamedTuple):
     """What sending to an endpoint URL needs, parsed once per URL."""
 
     scheme: str
@@ -126,7 +126,7 @@ class _Target(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _target(url: str) -> _Target | None:
+def parse_target(url: str) -> Target | None:
     """None when `url` is not an http or https URL with a host."""
     try:
         parsed = httpx.URL(url)
@@ -140,7 +140,7 @@ def _target(url: str) -> _Target | None:
     basic_auth = None
     if parsed.username or parsed.password:
         basic_auth = "Basic " + base64.b64encode(f"{parsed.username}:{parsed.password}".encode()).decode("ascii")
-    return _Target(parsed.scheme, host, parsed.port or _DEFAULT_PORTS[parsed.scheme], parsed.netloc.decode("ascii"),
+    return Target(parsed.scheme, host, parsed.port or _DEFAULT_PORTS[parsed.scheme], parsed.netloc.decode("ascii"),
                    raw_path, path, query, netguard.literal_address(host) is not None, basic_auth)
 
 
@@ -167,7 +167,7 @@ class HttpDelivery(DeliveryAdapter):
         problems: list[str] = []
         if not endpoint.url:
             problems.append("url: required for the http adapter")
-        elif _target(endpoint.url) is None:
+        elif parse_target(endpoint.url) is None:
             problems.append("url: must be an http or https URL with a host")
         auth = endpoint.auth
         if auth is not None and auth.type == "basic" and not auth.username:
@@ -193,7 +193,7 @@ class HttpDelivery(DeliveryAdapter):
         if problems:
             return outcome("failure", "; ".join(problems))
 
-        target = _target(endpoint.url or "")
+        target = parse_target(endpoint.url or "")
         assert target is not None  # validate checked it
         # By lower-cased name: a later value replaces an earlier one whatever its case.
         headers = {"host": ("Host", target.authority), "user-agent": ("User-Agent", "appliance"),

@@ -130,6 +130,13 @@ def unsendable_reason(url: str) -> str | None:
     return _host_of(url)[1]
 
 
+def refused_without_dns(url: str, allow_private: bool) -> str | None:
+    """Why `url` is refused before any lookup (unparsable, or a private, loopback or link-local
+    address written out, or localhost, unless `allow_private`); None when only DNS can tell."""
+    _host, answer = _first_pass(url, allow_private)
+    return answer.reason if answer is not None else None
+
+
 def _refused(host: str, problem: str, ip: IPAddress | None = None) -> str:
     kind = f"{'an' if problem[0] in 'aeiou' else 'a'} {problem} address"
     if ip is None or str(ip) == host:

@@ -11,7 +11,7 @@ from litestar import Request, Response, get, patch, post
 from litestar.datastructures import State
 from litestar.params import PathParameter, QueryParameter
 
-from appliance.services import approvals, intake, lead_updates, reposts
+from appliance.services import approvals, intake, lead_updates, reposts, returns
 from appliance.api.auth import principal
 from appliance.api.io import decode_json, ok, ok_body, ok_raw, query_int, query_str, read_json, require_json
 from appliance.domain.lead import LEAD_STATUSES, LeadDetail, LeadRecord
@@ -57,6 +57,17 @@ async def approve_lead(request: Request, lead_id: LeadId) -> Response:
                                     who.key_id, lead_id, body)
     request.app.state.worker.wake()  # an approval may have scheduled the delivery
     return ok(result)
+
+
+@post("/api/v1/leads/{leadId:str}/return", operation_id="returnLead", status_code=200,
+      opt={"body": returns.ReturnBody, "data": returns.ReturnResult, "errors": ["NOT_FOUND", "INVALID_STATE"]})
+async def return_lead(request: Request, lead_id: LeadId) -> Response:
+    """See appliance/services/returns.py: a delivered lead sent back within its return window."""
+    who = principal(request.scope)
+    body = await read_json(request, returns.ReturnBody)
+    state = request.app.state
+    return ok(await returns.return_lead(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
+                                        who.tenant_id, who.key_id, lead_id, body))
 
 
 # ---- GET /api/v1/leads --------------------------------------------------------
@@ -251,4 +262,4 @@ async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result, 201)
 
 
-ROUTES = [submit_lead, approve_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead]
+ROUTES = [submit_lead, approve_lead, return_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from litestar import Request, Response, get
 from litestar.params import QueryParameter
@@ -12,25 +12,11 @@ from appliance.api.io import ok, query_int, query_str
 from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT, query_csv, query_id_range
 from appliance.errors import ValidationFailed
 from appliance.model import Model
+from appliance.services.ledger import LedgerEntry
 from appliance.storage import LedgerFilter
 
 KINDS = ("cost", "revenue", "return")
 Query = Annotated[str | None, QueryParameter()]
-
-
-class LedgerEntry(Model):
-    entry_id: str
-    lead_id: str
-    submission_id: str
-    campaign_id: str | None
-    client_id: str | None
-    source_id: str | None
-    delivery_endpoint_id: str | None
-    kind: Literal["cost", "revenue", "return"]
-    amount: float
-    currency: str
-    lead_status: str
-    created_at: str
 
 
 class LedgerPage(Model):

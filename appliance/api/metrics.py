@@ -30,4 +30,5 @@ def routes(enabled: bool) -> list:
 
 def renderer(runtime) -> object:
     """The app's render function (its own prometheus-client registry)."""
-    return exposition(runtime.metrics, lambda: runtime.store.reader().jobs.open_jobs_by_kind_and_state())
+    return exposition(runtime.metrics, lambda: runtime.store.reader().jobs.open_jobs_by_kind_and_state(),
+                      lambda: runtime.store.reader().webhooks.backlog())

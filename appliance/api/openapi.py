@@ -24,6 +24,7 @@ from litestar.routes import BaseRoute, HTTPRoute
 from appliance.api.catalog import CATEGORIES
 from appliance.api.io import QUERY_INT_MAX
 from appliance.domain.lead import LEAD_STATUSES
+from appliance.domain.report import GROUP_BY as REPORT_GROUP_BY, zone_names
 from appliance.errors import ERRORS_BY_STATUS, JSON
 
 REF = "#/components/schemas/{name}"
@@ -56,7 +57,7 @@ QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
     "active": _BOOL,
     "includeArchived": _BOOL,
 }
-OPERATION_QUERY_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
+OPERATION_QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
     "listLeads": {
         "status": {"enum": list(LEAD_STATUSES)},
         "startDate": _DAY_OR_INSTANT,
@@ -72,6 +73,16 @@ OPERATION_QUERY_SCHEMAS: dict[str, dict[str, dict[str, Any]]] = {
         "endDate": _DAY_OR_INSTANT,
         "cursor": {"type": "string", "pattern": "^led_",
                    "description": "nextCursor of the previous page (an entryId)."},
+    },
+    "getReportSummary": {
+        "groupBy": {"enum": list(REPORT_GROUP_BY), "default": "campaign"},
+        "timezone": lambda: {"type": "string", "default": "UTC", "description": "An IANA time zone name.",
+                             # every name the install knows (an enum of them breaks client generators:
+                             # GMT+0, GMT-0 and GMT0 make one identifier)
+                             "pattern": "^(?:" + "|".join(sorted(zone_names())).replace("+", "\\+") + ")$"},
+        "startDate": {**_DAY_OR_INSTANT, "description": "A date is a whole day in `timezone`; default: 29 days"
+                      " before endDate."},
+        "endDate": {**_DAY_OR_INSTANT, "description": "Inclusive; default: today in `timezone`."},
     },
 }
 # What the handlers check beyond the msgspec types, where JSON Schema can say it.
@@ -200,6 +211,8 @@ def _describe_query(operation: dict[str, Any], opt: dict[str, Any]) -> bool:
         queried = True
         name = parameter["name"]
         schema = specific.get(name) or QUERY_SCHEMAS.get(name)
+        if callable(schema):  # built when the document is (the list of time zones)
+            schema = schema()
         # An empty value (`?page=`) counts as not given, whatever the parameter's type.
         parameter["schema"] = {"anyOf": [schema, _EMPTY]} if schema else {"type": "string"}
     return queried

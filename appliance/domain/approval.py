@@ -10,7 +10,8 @@ from __future__ import annotations
 from appliance.domain.lead import Approval, ApprovalStatus
 
 # The statuses of a lead whose delivery an approval still governs: held, cleared and waiting to
-# be sent, waiting for a window, or refused.
+# be sent, waiting for a window, or refused. Not `delivered` nor `returned`: a decision never
+# changes a lead a buyer took or sent back.
 GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejected"})
 
 

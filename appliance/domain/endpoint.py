@@ -117,6 +117,8 @@ class DeliveryEndpoint(Model):
     # Header names whose values are credentials although their names do not say so; such values
     # and those of credential-looking names are kept in the secret store (see split_credentials).
     secret_headers: list[str] = []
+    # Days after a delivery during which the buyer may return the lead (POST .../return); 0: none.
+    return_window_days: int = 30
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():
@@ -137,6 +139,8 @@ class DeliveryEndpoint(Model):
         for name in self.secret_headers:
             if not _HEADER_NAME.match(name):
                 invalid("secretHeaders", "header names must be HTTP tokens")
+        if not 0 <= self.return_window_days <= 3650:
+            invalid("returnWindowDays", "must be between 0 and 3650 days")
 
     def __repr__(self) -> str:
         return redacted_repr(self, ("url", "headers", "auth"))

@@ -8,10 +8,17 @@ from appliance.model import Model
 
 LeadStatus = Literal[
     "new", "pending", "qualified", "disqualified", "duplicate", "queued", "pending_action",
-    "delivered", "failed", "rejected", "error",
+    "delivered", "failed", "rejected", "error", "returned",
 ]
 LEAD_STATUSES: tuple[str, ...] = LeadStatus.__args__  # type: ignore[attr-defined]
-REPOSTABLE: frozenset[str] = frozenset({"failed", "rejected", "error"})
+# A returned lead may be resold: a repost (to another campaign or endpoint) sends it again.
+REPOSTABLE: frozenset[str] = frozenset({"failed", "rejected", "error", "returned"})
+# What a caller may set by hand (bulk update, submission patch): every status but `returned`,
+# which only POST /api/v1/leads/{leadId}/return sets, with the entries reversing the revenue.
+SettableStatus = Literal[
+    "new", "pending", "qualified", "disqualified", "duplicate", "queued", "pending_action",
+    "delivered", "failed", "rejected", "error",
+]
 FlowType = Literal["standard", "manual_delivery", "repost"]
 ApprovalStatus = Literal["approved", "rejected", "pending"]
 RoutingMethod = Literal["original", "rule", "fallback", "manual"]

@@ -31,6 +31,7 @@ from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
 from appliance.runtime import Runtime
+from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.intake import run_intake_action
 from appliance.sdk import DeliveryRequest, DeliveryResult
@@ -415,10 +416,11 @@ class DeliveryWorker:
         lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
         if lead is None or lead.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status
-        campaign_id = submission.campaign.campaign_id
-        tx.leads.update_lead(tenant_id, msgspec.structs.replace(
-            lead, status=status, campaign_id=campaign_id, client_id=submission.campaign.client_id,
-            offer_id=submission.campaign.offer_id, updated_at=now))
+        lead = msgspec.structs.replace(
+            lead, status=status, campaign_id=submission.campaign.campaign_id, client_id=submission.campaign.client_id,
+            offer_id=submission.campaign.offer_id, updated_at=now)
+        tx.leads.update_lead(tenant_id, lead)
+        record_lead_events(tx, attempt.settings, tenant_id, lead, submission, (status,), now)
 
     # ---- deferred evaluation ------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Periodic housekeeping on monotonic ticks: flush the activity log, purge its old rows, settle
+"""Periodic housekeeping on monotonic ticks: flush the activity log, purge its (and the webhook
+attempts') old rows, settle
 SMS messages whose provider call was interrupted, refresh planner statistics.
 Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on."""
 
@@ -31,11 +32,12 @@ async def flush_activity(runtime: Runtime) -> int:
 
 
 async def purge_old_activity(runtime: Runtime) -> int:
+    """The activity log and the webhook attempts log keep `[storage] activity_log_days` days."""
     days = runtime.config.storage.activity_log_days
     if days <= 0:
         return 0
     before = iso(runtime.clock.now() - timedelta(days=days))
-    return await runtime.store.write(lambda tx: tx.activity.purge(before))
+    return await runtime.store.write(lambda tx: tx.activity.purge(before) + tx.webhooks.purge_attempts(before))
 
 
 async def settle_interrupted_sms(runtime: Runtime) -> int:

@@ -16,6 +16,7 @@ from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
@@ -69,6 +70,7 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
         tx.leads.update_lead(tenant_id, decided)
         if submission is not None and status != lead.status:
             earn(tx, settings, tenant_id, decided, submission.submission_id, (status,), now_dt)
+            record_lead_events(tx, settings, tenant_id, decided, submission, (status,), now)
         return ApproveResult(lead_id=lead_id, approval=approval)
 
     return await runtime.store.write(unit, may_refuse=True)

@@ -21,6 +21,7 @@ from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
+from appliance.domain.webhooks import BundleWebhook
 from appliance.model import Model, all_problems, describe_validation_error, join_path
 
 BundleFormat = Literal["json", "toml"]
@@ -35,6 +36,7 @@ class TenantBundle(Model):
     delivery_endpoints: list[DeliveryEndpoint] = []
     sms: SmsConfig | None = None
     pixels: list[Pixel] = []
+    webhooks: list[BundleWebhook] = []
 
 
 class BundleError(Exception):
@@ -47,7 +49,7 @@ class BundleError(Exception):
 
 # Secret refs: `<kind>:<owner ids>:<field>`. Only ids that cannot hold ':' (campaign codes) sit
 # between two others, so a ref reads back unambiguously.
-SECRET_REF_PREFIXES = ("source:", "endpoint:", "sms:", "pixel:")
+SECRET_REF_PREFIXES = ("source:", "endpoint:", "sms:", "pixel:", "webhook:")
 
 
 def source_key_ref(campaign_id: str, source_id: str) -> str:
@@ -61,6 +63,10 @@ def endpoint_secret_ref(endpoint_id: str, field: str) -> str:
 
 def sms_secret_ref(provider_id: str, field: Literal["authToken", "apiKey"]) -> str:
     return f"sms:{provider_id}:{field}"
+
+
+def webhook_secret_ref(webhook_id: str) -> str:
+    return f"webhook:{webhook_id}:secret"
 
 
 def pixel_token_ref(pixel_id: str) -> str:
@@ -161,6 +167,7 @@ _ITEM_SECTIONS: dict[str, type[Model]] = {
     "valueSets": ValueSet,
     "deliveryEndpoints": DeliveryEndpoint,
     "pixels": Pixel,
+    "webhooks": BundleWebhook,
 }
 
 
@@ -200,6 +207,7 @@ def _decode(data: Any) -> TenantBundle:
         delivery_endpoints=sections["deliveryEndpoints"],
         sms=sections.get("sms"),
         pixels=sections["pixels"],
+        webhooks=sections["webhooks"],
     )
 
 
@@ -285,6 +293,7 @@ def _cross_check(
         *_duplicates("deliveryEndpoints", bundle.delivery_endpoints, "deliveryEndpointId",
                      lambda e: e.delivery_endpoint_id),
         *_duplicates("pixels", bundle.pixels, "pixelId", lambda p: p.pixel_id),
+        *_duplicates("webhooks", bundle.webhooks, "webhookId", lambda w: w.webhook_id),
     ]
     for i, q in enumerate(bundle.questionnaires):
         problems += _duplicates(f"questionnaires[{i}].questions", q.questions, "key", lambda x: x.key)
@@ -369,4 +378,10 @@ def split_secrets(bundle: TenantBundle) -> tuple[TenantBundle, dict[str, str]]:
         take(pixel_token_ref(p.pixel_id), p.access_token)
         pixels.append(replace(p, access_token=None))
 
-    return replace(bundle, campaigns=campaigns, delivery_endpoints=endpoints, sms=sms, pixels=pixels), secrets
+    webhooks = []
+    for w in bundle.webhooks:
+        take(webhook_secret_ref(w.webhook_id), w.secret)
+        webhooks.append(replace(w, secret=None))
+
+    return replace(bundle, campaigns=campaigns, delivery_endpoints=endpoints, sms=sms, pixels=pixels,
+                   webhooks=webhooks), secrets

@@ -81,7 +81,9 @@ DEMO_BUNDLE = {
             "offer": {"offerId": "off-auto", "offerName": "Auto Accident"},
             "client": {"clientId": "cli-lonestar", "clientName": "Lone Star Law"},
             "questionnaireId": "auto-accident",
-            "qualification": {"rules": [_QUALIFY_ADULTS]},
+            # The banner's curl line posts the same lead here on every demo start: without
+            # dedupe it is delivered each time, not answered `duplicate` from the second on.
+            "qualification": {"rules": [_QUALIFY_ADULTS], "dedupeOverride": {"enabled": False}},
             "delivery": {"deliveryEndpointId": "demo-buyer"},
             "tags": ["auto", "demo"],
         },

@@ -29,6 +29,7 @@ from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
+from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.storage import KeyRecord, Session
 
@@ -203,6 +204,7 @@ class _Plan:
                                submission_id=submission.submission_id, due_at=now, now=now)
         earn(tx, self.settings, self.tenant_id, lead, submission.submission_id, ("lead_ingested", status), self.now_dt,
              campaign=campaign, source=self.source, facts=self.facts)
+        record_lead_events(tx, self.settings, self.tenant_id, lead, submission, (status,), now, processed=True)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
 
 

@@ -25,6 +25,8 @@ Decisions (the interface leaves them open):
   key into the stored array (a new key's question is its field library label); `customFields`
   is merged; `notes` and `timezone` may be null to clear them. Milestone ledger entries are
   not written by these edits (they belong to the pipeline's own transitions).
+- Neither sets `returned`: only POST /api/v1/leads/{leadId}/return does (appliance/services/returns),
+  since a return also writes the entries reversing the delivery's revenue.
 """
 
 from __future__ import annotations
@@ -38,14 +40,15 @@ from msgspec import UNSET, Meta, UnsetType
 from appliance.clock import iso
 from appliance.domain.catalog import FieldLibraryEntry
 from appliance.domain.lead import (
-    AlternativeCampaign, DeliveryOutcome, FlowType, JourneyEvent, LeadRecord, LeadStatus, PostingOutcome,
-    QualificationOutcome, QuestionAnswer, RoutingMethod, RoutingOutcome, Submission,
+    AlternativeCampaign, DeliveryOutcome, FlowType, JourneyEvent, LeadRecord, PostingOutcome,
+    QualificationOutcome, QuestionAnswer, RoutingMethod, RoutingOutcome, SettableStatus, Submission,
 )
 from appliance.domain.pipeline import event
 from appliance.domain.submission import field_library_problems, valid_zone
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
@@ -140,7 +143,7 @@ class DeliveryPatch(Model):
 class SubmissionPatch(Model):
     """PATCH /api/v1/submissions/{submissionId}: every field optional."""
 
-    status: LeadStatus | UnsetType = UNSET
+    status: SettableStatus | UnsetType = UNSET
     qualification: QualificationPatch | UnsetType = UNSET
     routing: RoutingPatch | UnsetType = UNSET
     posting: PostingPatch | UnsetType = UNSET
@@ -227,6 +230,8 @@ async def patch_submission(runtime: Runtime, settings: TenantSettings, tenant_id
                 tx.leads.update_lead(tenant_id, lead)
             if lead is not None:
                 earn(tx, settings, tenant_id, lead, submission_id, (submission.status,), now_dt)
+                if latest == submission.submission_number:
+                    record_lead_events(tx, settings, tenant_id, lead, submission, (submission.status,), now)
         return submission
 
     return await runtime.store.write(unit, may_refuse=True)
@@ -237,7 +242,7 @@ async def patch_submission(runtime: Runtime, settings: TenantSettings, tenant_id
 class BulkUpdates(Model):
     """The keys a bulk update may set; any other key is a VALIDATION_ERROR."""
 
-    status: LeadStatus | UnsetType = UNSET
+    status: SettableStatus | UnsetType = UNSET
     notes: Annotated[str, Meta(max_length=10_000)] | None | UnsetType = UNSET
     timezone: Annotated[str, Meta(max_length=64)] | None | UnsetType = UNSET
     is_test: bool | UnsetType = UNSET
@@ -313,6 +318,8 @@ async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str
             tx.leads.update_lead(tenant_id, updated)
             if submission_id is not None:
                 earn(tx, settings, tenant_id, updated, submission_id, (updated.status,), now_dt)
+                record_lead_events(tx, settings, tenant_id, updated, tx.leads.get_submission(tenant_id, submission_id),
+                                   (updated.status,), now)
         return BulkUpdateResult(modified_count=len(found))
 
     # Up to MAX_BULK_IDS leads read and rewritten: tens of milliseconds, off the event loop.

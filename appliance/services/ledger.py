@@ -5,14 +5,33 @@ is committed with the change that earned it, or not at all."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from appliance.clock import iso
 from appliance.domain.campaign import Campaign, IngestionSource
 from appliance.domain.lead import LeadRecord
 from appliance.domain.ledger import lines_for, source_of
 from appliance.domain.submission import facts_of
+from appliance.model import Model
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
+
+
+class LedgerEntry(Model):
+    """An entry as the API shows it (GET /api/v1/ledger, the answer of a return)."""
+
+    entry_id: str
+    lead_id: str
+    submission_id: str
+    campaign_id: str | None
+    client_id: str | None
+    source_id: str | None
+    delivery_endpoint_id: str | None
+    kind: Literal["cost", "revenue", "return"]
+    amount: float
+    currency: str
+    lead_status: str
+    created_at: str
 
 
 _LOOK_UP = object()  # `source` not given: found from the lead's campaign and source id

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from appliance.adapters.outbound import Scrubber, http_client, stack_of
+from appliance.adapters.outbound import Scrubber, adapter_crash, http_client
 from appliance.clock import iso
 from appliance.domain.lead import JourneyEvent
 from appliance.domain.pixel_payloads import event_id as stable_event_id
@@ -88,8 +88,9 @@ async def _send(registry: Registry, platform: str, event: PixelEvent) -> PixelRe
         async with http_client() as http:
             result = await adapter.fire(event, http)
     except Exception as exc:  # a platform adapter's bug is a failed fire, never a 500
-        log.error("pixel platform %r raised %s at\n%s", adapter.name, type(exc).__name__, stack_of(exc))
-        return PixelResult(success=False, reason=f"pixel platform failed: {type(exc).__name__}")
+        crash = adapter_crash(exc, Scrubber([event.access_token]))
+        log.error("pixel platform %r raised %s\n%s", adapter.name, crash.message, crash.stack)
+        return PixelResult(success=False, reason=f"pixel platform failed: {crash.message}")
     if not isinstance(result, PixelResult):
         return PixelResult(success=False, reason="pixel platform returned no PixelResult")
     return result

@@ -8,7 +8,9 @@ loop's work: these only create `deliver` job rows (and wake the loop).
 Order of answers: unknown lead (or another tenant's) 404, then a body reference that does not
 resolve 400 (VALIDATION_ERROR naming the field), then the lead's state 409 (INVALID_STATE).
 
-Repost (lead status failed, rejected or error; anything else 409 naming the status):
+Repost (lead status failed, rejected, error or returned; anything else 409 naming the status). A
+returned lead may be resold: typically a modified retry to another campaign, or `deliveryInfo` naming
+another buyer's endpoint; its new submission can earn revenue (and be returned) again.
 - Simple retry (no modifiedPayload, no campaignId): a new `repost` submission for the campaign of
   the last submission (still existing, active and not archived, else 409: use a modified retry),
   qualification skipped (`qualification.method` "skipped"), status qualified, a deliver job.
@@ -66,6 +68,7 @@ from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import DELIVERY_ENDPOINTS, Session
@@ -186,6 +189,7 @@ def _store(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadReco
     tx.leads.update_lead(tenant_id, lead, names_changed=names_changed)
     tx.leads.insert_submission(tenant_id, submission)
     earn(tx, settings, tenant_id, lead, submission.submission_id, (status,), now_dt, campaign=campaign)
+    record_lead_events(tx, settings, tenant_id, lead, submission, (status,), now)
     if status == "qualified":
         tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead.lead_id,
                            submission_id=submission.submission_id, due_at=now, now=now)
@@ -226,8 +230,8 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
         raise ValidationFailed(problems)
 
     if stored.status not in REPOSTABLE:
-        raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected or error leads "
-                            "can be reposted"])
+        raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected, error or returned "
+                            "leads can be reposted"])
     if stored.approval is not None and stored.approval.status == "pending":
         raise InvalidState(["approval: the lead's approval is pending; decide it first"])
     details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,

@@ -32,7 +32,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.adapters import netguard
-from appliance.adapters.outbound import Scrubber, http_client, stack_of
+from appliance.adapters.outbound import Scrubber, adapter_crash, http_client
 from appliance.clock import iso
 from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
@@ -152,6 +152,12 @@ def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
                  tenant_base_url=own_url is not None)
 
 
+def _scrubber(plan: _Plan) -> Scrubber:
+    """Masks the provider's credentials (and the sid:token pair basic auth sends)."""
+    secret_values = [v for k, v in plan.credentials.items() if k != "accountSid"]
+    return Scrubber(secret_values, [(plan.credentials.get("accountSid"), v) for v in secret_values])
+
+
 async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str) -> SmsResult:
     adapter = registry.sms_provider(plan.provider.type)
     if adapter is None:
@@ -168,8 +174,9 @@ async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str)
         async with http_client() as http:
             result = await adapter.send(message, http)
     except Exception as exc:  # a provider bug is an outage of that provider, never a 500
-        log.error("SMS provider %r raised %s at\n%s", adapter.name, type(exc).__name__, stack_of(exc))
-        return SmsResult(accepted=False, status="error", reason=f"SMS provider failed: {type(exc).__name__}")
+        crash = adapter_crash(exc, _scrubber(plan))
+        log.error("SMS provider %r raised %s\n%s", adapter.name, crash.message, crash.stack)
+        return SmsResult(accepted=False, status="error", reason=f"SMS provider failed: {crash.message}")
     if not isinstance(result, SmsResult):
         return SmsResult(accepted=False, status="error", reason="SMS provider returned no SmsResult")
     return result
@@ -212,8 +219,7 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
     interaction_id = await runtime.store.write(open_unit, may_refuse=True)
     result = await _deliver(runtime, registry, plan, body.message)
     status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
-    secret_values = [v for k, v in plan.credentials.items() if k != "accountSid"]
-    scrubber = Scrubber(secret_values, [(plan.credentials.get("accountSid"), v) for v in secret_values])
+    scrubber = _scrubber(plan)
     reason = None if result.accepted else scrubber(result.reason or "the provider did not accept the message")
     provider_message_id = scrubber(result.provider_message_id or None) if result.accepted else None
     finished = iso(runtime.clock.now())

@@ -3,18 +3,24 @@ each is one write transaction, so a failed import changes nothing."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from appliance import apikeys
 from appliance.adapters import netguard
-from appliance.services.bundle import BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets
+from appliance.domain.webhooks import MIN_SECRET_BYTES, BundleWebhook, Webhook, new_secret
+from appliance.services.bundle import (
+    BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets, webhook_secret_ref,
+)
 from appliance.clock import iso
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
 from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.runtime import Runtime
-from appliance.storage import DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS
+from appliance.services.webhooks import url_problem
+from appliance.storage import DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS
 
 
 class AdminError(Exception):
@@ -101,9 +107,10 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
     runtime.store.announce_admin_change()
 
 
-def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, int]:
+def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, Any]:
     """Validate the whole bundle first, then upsert it in one transaction. Plaintext secrets are
-    sealed before they reach storage; a source `apiKey` becomes that source's key."""
+    sealed before they reach storage; a source `apiKey` becomes that source's key. A new webhook
+    without a secret gets one, returned (once) under `webhookSecrets`."""
     _require_tenant(runtime, tenant_id)
     reader = runtime.store.reader()
     bundle = load_bundle(
@@ -112,10 +119,17 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_endpoints=frozenset(reader.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)),
         known_campaigns=frozenset(reader.catalog.campaign_ids(tenant_id)),
     )
-    unsendable = _unsendable_urls(bundle)
+    unsendable = _unsendable_urls(bundle) + [
+        problem for i, w in enumerate(bundle.webhooks)
+        if (problem := url_problem(w.url, runtime.config.delivery.allow_private_addresses, f"webhooks[{i}].url"))]
     if unsendable:
         raise BundleError(unsendable)
     bundle, plaintexts = split_secrets(bundle)
+    generated = {
+        w.webhook_id: new_secret(secrets.token_bytes(MIN_SECRET_BYTES)) for w in bundle.webhooks
+        if webhook_secret_ref(w.webhook_id) not in plaintexts
+        and reader.secrets.get(tenant_id, webhook_secret_ref(w.webhook_id)) is None}
+    plaintexts.update({webhook_secret_ref(webhook_id): secret for webhook_id, secret in generated.items()})
     unstored = _sealed_without_secret(reader, tenant_id, bundle, plaintexts)
     if unstored:
         raise BundleError(unstored)
@@ -150,6 +164,9 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
                                   extra={"platform": pixel.platform})
         if bundle.sms is not None:
             tx.catalog.put_sms_config(tenant_id, bundle.sms)
+        for hook in bundle.webhooks:
+            stored = Webhook(**{f: getattr(hook, f) for f in Webhook.__struct_fields__})
+            tx.catalog.upsert_doc(WEBHOOKS, tenant_id, hook.webhook_id, stored, now)
         for campaign in bundle.campaigns:
             tx.catalog.upsert_campaign(tenant_id, campaign, now)
         tx.catalog.refresh_public_docs(tenant_id)
@@ -161,7 +178,8 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         "campaigns": len(bundle.campaigns), "questionnaires": len(bundle.questionnaires),
         "fieldLibrary": len(bundle.field_library), "valueSets": len(bundle.value_sets),
         "deliveryEndpoints": len(bundle.delivery_endpoints), "pixels": len(bundle.pixels),
-        "sms": int(bundle.sms is not None), "secrets": len(sealed),
+        "sms": int(bundle.sms is not None), "webhooks": len(bundle.webhooks), "secrets": len(sealed),
+        **({"webhookSecrets": generated} if generated else {}),
     }
 
 
@@ -204,6 +222,7 @@ def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:
         delivery_endpoints=tx.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id),
         sms=tx.catalog.get_sms_config(tenant_id),
         pixels=tx.catalog.load_docs(PIXELS, tenant_id),
+        webhooks=[BundleWebhook(**msgspec.structs.asdict(w)) for w in tx.catalog.load_docs(WEBHOOKS, tenant_id)],
     )
 
 

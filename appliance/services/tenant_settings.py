@@ -10,8 +10,9 @@ from appliance.domain.campaign import Campaign
 from appliance.domain.catalog import FieldLibraryEntry
 from appliance.domain.pipeline import usable
 from appliance.domain.rules import prepare_value_sets
+from appliance.domain.webhooks import ALL_EVENTS, PLUGIN_SUBSCRIBER
 from appliance.errors import ValidationFailed
-from appliance.storage import FIELD_LIBRARY, VALUE_SETS, Store
+from appliance.storage import FIELD_LIBRARY, VALUE_SETS, WEBHOOKS, Store
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,9 @@ class TenantSettings:
     value_sets: dict
     labels: dict[str, str]  # questionnaire key -> question text (field library)
     checked_fields: list[FieldLibraryEntry] = field(default_factory=list)  # entries with rules to enforce
+    # (webhookId, event names) of each active subscription, the plugins' hook included when a
+    # plugin implements it: who gets an outbox row when a lead's status changes.
+    subscribers: tuple[tuple[str, frozenset[str]], ...] = ()
 
     def usable_campaign(self, campaign_id: str) -> Campaign:
         """The active, unarchived campaign a body names, else a VALIDATION_ERROR on campaignId."""
@@ -39,7 +43,8 @@ def _has_rules(entry: FieldLibraryEntry) -> bool:
                              or (entry.category in ("question", "custom") and entry.data_type != "string"))
 
 
-def load_settings(store: Store, tenant_id: str, rev: int) -> TenantSettings:
+def load_settings(store: Store, tenant_id: str, rev: int, *, plugins_listen: bool = False) -> TenantSettings:
+    """`plugins_listen`: a plugin implements on_lead_event, so every event goes to the plugins too."""
     tx = store.reader()
     entries: list[FieldLibraryEntry] = tx.catalog.load_docs(FIELD_LIBRARY, tenant_id)
     value_sets = {vs.value_set_id: vs.values for vs in tx.catalog.load_docs(VALUE_SETS, tenant_id)}
@@ -49,16 +54,20 @@ def load_settings(store: Store, tenant_id: str, rev: int) -> TenantSettings:
         value_sets=prepare_value_sets(value_sets),
         labels={e.key: e.question or e.label for e in entries if e.active},
         checked_fields=[e for e in entries if _has_rules(e)],
+        subscribers=tuple((w.webhook_id, frozenset(w.events)) for w in tx.catalog.load_docs(WEBHOOKS, tenant_id)
+                          if w.active) + (((PLUGIN_SUBSCRIBER, frozenset({ALL_EVENTS})),) if plugins_listen else ()),
     )
 
 
 class SettingsCache:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, *, plugins_listen: bool = False) -> None:
         self._store = store
+        self._plugins_listen = plugins_listen
         self._by_tenant: dict[str, TenantSettings] = {}
 
     def get(self, tenant_id: str, rev: int) -> TenantSettings:
         cached = self._by_tenant.get(tenant_id)
         if cached is None or cached.rev != rev:
-            cached = self._by_tenant[tenant_id] = load_settings(self._store, tenant_id, rev)
+            cached = self._by_tenant[tenant_id] = load_settings(
+                self._store, tenant_id, rev, plugins_listen=self._plugins_listen)
         return cached

@@ -5,7 +5,7 @@ The rest of the appliance imports only what this module exports: the store and i
 
 from appliance.storage.activity import ActivityRow
 from appliance.storage.catalog import (
-    DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, CampaignFilter,
+    DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
 from appliance.storage.db import StorageError, inspect_backup, restore_database
 from appliance.storage.jobs import Job
@@ -15,9 +15,11 @@ from appliance.storage.messages import Conversation, Message
 from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import KeyListing, KeyRecord
+from appliance.storage.webhooks import NewEvents, OutboxEvent
 
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
+    "WEBHOOKS", "NewEvents", "OutboxEvent",
     "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "restore_database",
 ]

@@ -14,6 +14,7 @@ from appliance.domain.campaign import Campaign, public_campaign
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.messaging import Pixel, SmsConfig
+from appliance.domain.webhooks import Webhook
 from appliance.storage.tenants import Tenants
 
 T = TypeVar("T")
@@ -61,6 +62,7 @@ FIELD_LIBRARY = _DocTable("field_library", "key", FieldLibraryEntry)
 
 DELIVERY_ENDPOINTS = _DocTable("delivery_endpoints", "endpoint_id", DeliveryEndpoint)
 PIXELS = _DocTable("pixels", "pixel_id", Pixel)
+WEBHOOKS = _DocTable("webhooks", "webhook_id", Webhook)
 
 
 class Catalog:
@@ -191,6 +193,14 @@ class Catalog:
             f"SELECT doc FROM {where.table} WHERE tenant_id = ? AND {where.id_column} = ?", (tenant_id, item_id)
         ).fetchone()
         return msgspec.json.decode(found[0], type=where.kind) if found else None
+
+    def delete_doc(self, where: _DocTable, tenant_id: str, item_id: str) -> bool:
+        self._conn.execute(f"DELETE FROM {where.table} WHERE tenant_id = ? AND {where.id_column} = ?",
+                           (tenant_id, item_id))
+        return self._conn.changes() > 0
+
+    def tenants_with_docs(self, where: _DocTable) -> list[str]:
+        return [t for (t,) in self._conn.execute(f"SELECT DISTINCT tenant_id FROM {where.table} ORDER BY tenant_id")]
 
     def doc_ids(self, where: _DocTable, tenant_id: str) -> set[str]:
         return {

@@ -9,6 +9,7 @@ import apsw
 
 from appliance.domain.lead import LeadRecord, Submission
 from appliance.storage.packed import PackedDocs
+from appliance.storage.reports import count_lead
 
 # The columns each read selects before `doc`, which holds the rest of the record (packed.py).
 _LEADS = PackedDocs(LeadRecord, ("lead_id", "status", "campaign_id", "client_id", "offer_id", "source_id", "email",
@@ -63,14 +64,24 @@ class Leads:
         names = _names(lead)
         if names:
             self._conn.execute("INSERT INTO leads_names(rowid, name) VALUES (last_insert_rowid(), ?)", (names,))
+        count_lead(self._conn, tenant_id, lead.created_at, lead.campaign_id, lead.client_id, lead.source_id,
+                   lead.status, 1)
 
     def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
+        was = self._conn.execute(
+            "SELECT status, campaign_id, client_id, source_id, created_at FROM leads"
+            " WHERE tenant_id = ? AND lead_id = ?", (tenant_id, lead.lead_id)).fetchone()
         self._conn.execute(
             "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
             " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         )
+        if was is not None and was[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+            status, campaign_id, client_id, source_id, created_at = was
+            count_lead(self._conn, tenant_id, created_at, campaign_id, client_id, source_id, status, -1)
+            count_lead(self._conn, tenant_id, created_at, lead.campaign_id, lead.client_id, lead.source_id,
+                       lead.status, 1)
         if names_changed:
             (rowid,) = self._conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
             self._conn.execute("DELETE FROM leads_names WHERE rowid = ?", (rowid,))

@@ -338,3 +338,120 @@ def m007_ledger_entries(conn: apsw.Connection) -> None:
                      " VALUES (?, ?, ?, ?, ?, NULL, ?, ?, ?, ?, ?, ?)",
                      (ref, tenant_id, lead_id, submission_id, kind, status, amount, currency, campaign, source, at))
     conn.execute("DROP TABLE ledger")
+
+
+@migration
+def m008_report_rollups(conn: apsw.Connection) -> None:
+    # GET /api/v1/reports/summary reads these rollups (storage/reports.py), never the raw rows:
+    # lead counts and money per tenant, time bucket and dimension, filled here from the rows
+    # already there and then kept in the transaction of every write. Two grains: quarter hours
+    # since the epoch (every UTC offset in use is a whole number of quarter hours, so any zone's
+    # midnights are bucket edges) and UTC days (the inside of a long range). A NULL dimension is
+    # stored as '' so rows with it meet on their key; a created_at that does not parse counts in
+    # bucket 0 rather than failing the write. Money is kept by a trigger on ledger_entries; lead
+    # counts by Leads.insert_lead and update_lead (storage/reports.count_lead), not by triggers on
+    # leads: with a trigger, every INSERT and UPDATE of a lead (foreign key, NOT NULL) opens a
+    # statement journal that copies each page the statement touches, ~30 us per lead
+    # (bench/README.md), where the two statements cost ~5.
+    for table, seconds in (("", 900), ("_daily", 86400)):
+        conn.execute(
+            f"""
+            CREATE TABLE report_leads{table} (
+                tenant_id TEXT NOT NULL,
+                bucket INTEGER NOT NULL,          -- unixepoch(created_at) / {seconds}
+                campaign_id TEXT NOT NULL DEFAULT '',
+                client_id TEXT NOT NULL DEFAULT '',
+                source_id TEXT NOT NULL DEFAULT '',
+                status TEXT NOT NULL,
+                leads INTEGER NOT NULL,           -- leads created in the bucket now in this status
+                PRIMARY KEY (tenant_id, bucket, campaign_id, client_id, source_id, status)
+            ) WITHOUT ROWID;
+            CREATE TABLE report_money{table} (
+                tenant_id TEXT NOT NULL,
+                bucket INTEGER NOT NULL,
+                campaign_id TEXT NOT NULL DEFAULT '',
+                client_id TEXT NOT NULL DEFAULT '',
+                source_id TEXT NOT NULL DEFAULT '',
+                delivery_endpoint_id TEXT NOT NULL DEFAULT '',
+                currency TEXT NOT NULL,
+                cost REAL NOT NULL,
+                revenue REAL NOT NULL,
+                returns REAL NOT NULL,            -- the `return` entries (negative amounts)
+                PRIMARY KEY (tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency)
+            ) WITHOUT ROWID;
+            INSERT INTO report_leads{table}
+                SELECT tenant_id, coalesce(unixepoch(created_at), 0) / {seconds}, coalesce(campaign_id, ''),
+                       coalesce(client_id, ''), coalesce(source_id, ''), status, count(*)
+                FROM leads GROUP BY 1, 2, 3, 4, 5, 6;
+            INSERT INTO report_money{table}
+                SELECT tenant_id, coalesce(unixepoch(created_at), 0) / {seconds}, coalesce(campaign_id, ''),
+                       coalesce(client_id, ''), coalesce(source_id, ''), coalesce(delivery_endpoint_id, ''), currency,
+                       total(iif(kind = 'cost', amount, 0)), total(iif(kind = 'revenue', amount, 0)),
+                       total(iif(kind = 'return', amount, 0))
+                FROM ledger_entries GROUP BY 1, 2, 3, 4, 5, 6, 7;
+            """
+        )
+    # Entries are only ever inserted (INSERT OR IGNORE, no foreign key: no statement journal).
+    conn.execute(
+        "CREATE TRIGGER report_entry_added AFTER INSERT ON ledger_entries BEGIN\n"
+        + "".join(
+            f"    INSERT INTO report_money{table} VALUES (new.tenant_id, coalesce(unixepoch(new.created_at), 0) / {s},"
+            " coalesce(new.campaign_id, ''), coalesce(new.client_id, ''), coalesce(new.source_id, ''),"
+            " coalesce(new.delivery_endpoint_id, ''), new.currency, iif(new.kind = 'cost', new.amount, 0),"
+            " iif(new.kind = 'revenue', new.amount, 0), iif(new.kind = 'return', new.amount, 0))"
+            " ON CONFLICT DO UPDATE SET cost = cost + excluded.cost, revenue = revenue + excluded.revenue,"
+            " returns = returns + excluded.returns;\n"
+            for table, s in (("", 900), ("_daily", 86400)))
+        + "END"
+    )
+
+
+@migration
+def m009_webhooks(conn: apsw.Connection) -> None:
+    # Subscriptions are tenant configuration documents; their secrets live in `secrets`.
+    # The outbox holds each event not yet delivered to one subscriber, written in the transaction
+    # of the change that caused it; a lane is sent oldest first (appliance/domain/webhooks), so
+    # the heads of the lanes are the first rows of each (tenant, webhook, lane) in the index.
+    # One row holds the events one change caused for one subscriber (`types`, sent in order;
+    # `sent` of them are delivered) and their shared `data`: a submit writes one row, not one per
+    # event. A row leaves when its last event is delivered or given up; what each attempt did
+    # stays in webhook_attempts.
+    conn.execute(
+        """
+        CREATE TABLE webhooks (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            webhook_id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, webhook_id)
+        );
+        CREATE TABLE webhook_outbox (
+            seq INTEGER PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            webhook_id TEXT NOT NULL,
+            lane INTEGER NOT NULL,
+            event_id TEXT NOT NULL,   -- the first event's id; the next ones add -1, -2...
+            types TEXT NOT NULL,      -- event names, comma separated, in order
+            sent INTEGER NOT NULL DEFAULT 0,
+            lead_id TEXT,
+            data BLOB NOT NULL,
+            created_at TEXT NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at TEXT NOT NULL
+        );
+        CREATE INDEX webhook_outbox_lanes ON webhook_outbox(tenant_id, webhook_id, lane, seq);
+        CREATE TABLE webhook_attempts (
+            attempt_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL,
+            webhook_id TEXT NOT NULL,
+            event_id TEXT NOT NULL,
+            type TEXT NOT NULL,
+            attempt INTEGER NOT NULL,
+            status_code INTEGER,
+            error TEXT,
+            state TEXT NOT NULL,
+            next_attempt_at TEXT,
+            created_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX webhook_attempts_by_webhook ON webhook_attempts(tenant_id, webhook_id, attempt_id);
+        """
+    )

@@ -21,6 +21,9 @@ class Secrets:
             (tenant_id, ref, sealed, now),
         )
 
+    def delete(self, tenant_id: str, ref: str) -> None:
+        self._conn.execute("DELETE FROM secrets WHERE tenant_id = ? AND ref = ?", (tenant_id, ref))
+
     def get(self, tenant_id: str, ref: str) -> bytes | None:
         found = self._conn.execute(
             "SELECT sealed FROM secrets WHERE tenant_id = ? AND ref = ?", (tenant_id, ref)

@@ -2,7 +2,8 @@
 
 A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
-`tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`).
+`tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
+`tx.webhooks`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -35,8 +36,10 @@ from appliance.storage.jobs import Jobs
 from appliance.storage.leads import Leads
 from appliance.storage.ledger import Ledger
 from appliance.storage.messages import Messages
+from appliance.storage.reports import Reports
 from appliance.storage.secrets import Secrets
 from appliance.storage.tenants import Tenants
+from appliance.storage.webhooks import Webhooks
 
 T = TypeVar("T")
 
@@ -44,8 +47,8 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "caps", "catalog", "files", "jobs", "leads", "ledger", "messages", "secrets",
-                 "tenants")
+    __slots__ = ("_conn", "activity", "caps", "catalog", "files", "jobs", "leads", "ledger", "messages", "reports",
+                 "secrets", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -59,6 +62,8 @@ class Session:
         self.messages = Messages(conn)
         self.files = Files(conn)
         self.activity = Activity(conn)
+        self.reports = Reports(conn)
+        self.webhooks = Webhooks(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()

@@ -22,6 +22,10 @@ from appliance.domain.lead import Approval
     ("failed", "rejected", "failed"),
     ("error", "pending", "error"),
     ("duplicate", "approved", "duplicate"),
+    # nor does it change a lead the buyer sent back
+    ("returned", "approved", "returned"),
+    ("returned", "rejected", "returned"),
+    ("returned", "pending", "returned"),
 ])
 def test_status_after_decision(status, decision, after):
     assert status_after_decision(status, decision) == after

@@ -1,0 +1,55 @@
+"""Returns: whether a buyer may send a delivered lead back, and the entries that reverse the
+revenue of that delivery.
+
+A lead may be returned while it is `delivered`, within its delivery endpoint's
+`returnWindowDays` (default 30; 0: the endpoint takes no returns), counted from the latest
+submission's `delivery.deliveredAt`. The reversal is one `return` entry per currency of the
+revenue the delivery earned, for minus its sum; its milestone identity
+`return:<submissionId>:<currency>` lets storage keep at most one per submission and currency, so
+a second return of the same delivery can never be counted twice."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from appliance.clock import iso
+from appliance.domain.ledger import LedgerLine
+
+DEFAULT_RETURN_WINDOW_DAYS = 30
+MAX_RETURN_WINDOW_DAYS = 3650
+RETURNED = "returned"
+
+
+def return_refusal(status: str, delivered_at: datetime | None, window_days: int, now: datetime) -> str | None:
+    """Why a lead at `status`, delivered at `delivered_at` through an endpoint taking returns for
+    `window_days` days, may not be returned at `now` (a `field: reason` detail); None: it may."""
+    if status == RETURNED:
+        return "status: the lead is returned already"
+    if status != "delivered":
+        return f"status: the lead is {status}; only a delivered lead can be returned"
+    if delivered_at is None:
+        return "delivery: the latest submission has no deliveredAt; the return window cannot be measured"
+    if window_days <= 0:
+        return "returnWindowDays: the delivery endpoint takes no returns (returnWindowDays is 0)"
+    closes = delivered_at + timedelta(days=window_days)
+    if now > closes:
+        return f"returnWindowDays: the return window of {window_days} days closed at {iso(closes)}"
+    return None
+
+
+def return_milestone(submission_id: str, currency: str) -> str:
+    return f"return:{submission_id}:{currency}"
+
+
+def reversal_lines(revenue: Iterable[tuple[float, str]], *, submission_id: str, campaign_id: str | None,
+                   client_id: str | None, source_id: str | None,
+                   delivery_endpoint_id: str | None) -> list[LedgerLine]:
+    """One `return` line per currency of the delivered `revenue` ((amount, currency) pairs), for
+    minus the sum, currencies in the order they first appear. Nothing when there was no revenue."""
+    sums: dict[str, float] = {}
+    for amount, currency in revenue:
+        sums[currency] = sums.get(currency, 0.0) + float(amount)
+    return [LedgerLine("return", return_milestone(submission_id, currency), RETURNED, -total, currency,
+                       campaign_id, client_id, source_id, delivery_endpoint_id)
+            for currency, total in sums.items()]
