@@ -5,8 +5,10 @@ body into a struct. Reports submits/s, p50/p99 and the ratio appliance / bare.
 
     python -m bench.submit [--duration 10] [--connections 64] [--repeat 3] [--webhook]
 
-`--webhook` subscribes a webhook to every event (a local receiver, bench/buyer.py on the client's
-CPU): the server then also writes each event to the outbox and sends it from the same process.
+`--webhook` subscribes a webhook to every event: each submit also writes its events to the
+outbox. Like delivery, sending is left to the job loop and off here (`[webhooks] concurrency = 0`),
+so the figure stays the intake's; `--webhook-send` turns the sender on as well (a local receiver,
+bench/buyer.py, on the client's CPU), and then the server's one core also sends every event.
 
 The server runs with `[delivery] concurrency = 0` (intake only) so the figure is the intake's;
 bench/delivery.py measures delivery. Server pinned to CPU 0, load client to CPU 1 (2 cores)."""
@@ -136,7 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, client on CPU 1 (--no-pin: the OS places them)")
     parser.add_argument("--webhook", action="store_true",
-                        help="subscribe a webhook to every event (receiver: bench/buyer.py on the client CPU)")
+                        help="subscribe a webhook to every event (the events are written, not sent)")
+    parser.add_argument("--webhook-send", action="store_true",
+                        help="with --webhook: send the events too (receiver: bench/buyer.py on the client CPU)")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy record the appliance server during its measurement (slows it down)")
     parser.add_argument("--profile-threads", action="store_true",
@@ -152,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         port, bare_port = free_port(), free_port()
         config = work / "appliance.toml"
         private = "allow_private_addresses = true\n" if args.webhook else ""
+        senders = 16 if args.webhook_send else 0
         config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
                           f'[security]\nrate_limit_per_minute = 0\n[delivery]\nconcurrency = 0\n{private}'
-                          f'[plugins]\ndirs = []\n')
+                          f'[webhooks]\nconcurrency = {senders}\n[plugins]\ndirs = []\n')
         appliance_cli(config, "init")
         tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
         _KEY = os.environ["BENCH_SUBMIT_KEY"] = json.loads(
@@ -173,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             wait_for_port(listen, proc=proc)
             return proc
 
-        if args.webhook:
+        if args.webhook and args.webhook_send:
             start("receiver", [sys.executable, "-m", "bench.buyer", "--port", str(receiver_port)], receiver_port,
                   client_cpu)
 
@@ -215,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['other_cpu_pct']:>5.0f}%  {bad or '-'} {r['errors'] or '-'}")
     print(f"lead statuses stored: {statuses}")
     if args.webhook:
-        print(f"webhook events still waiting at the end: {waiting_events}")
+        print(f"webhook outbox rows (changes) still waiting at the end: {waiting_events}")
     print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")
     print(f"targets: >= {TARGET_RPS}/s {'met' if app_run['rps'] >= TARGET_RPS else 'MISSED'}, "
           f"p99 < {TARGET_P99_MS} ms {'met' if app_run['latency_ms']['p99'] < TARGET_P99_MS else 'MISSED'}")

@@ -332,3 +332,22 @@ def test_a_return_sends_lead_returned(live, runtime, receiver):
     body = request.json()
     assert (body["type"], body["data"]["leadId"], body["data"]["status"]) == ("lead.returned", lead["leadId"],
                                                                                 "returned")
+
+
+def test_a_receiver_name_that_resolves_to_a_private_address_is_refused_at_send(live, runtime, receiver, monkeypatch):
+    from appliance.adapters import netguard
+    from tests.http_helpers import fake_dns
+
+    runtime.config = msgspec.structs.replace(
+        runtime.config, delivery=msgspec.structs.replace(runtime.config.delivery, allow_private_addresses=False))
+    netguard.forget_resolutions()
+    fake_dns(monkeypatch, ["127.0.0.1"])  # a public-looking name pointing inside (DNS rebinding)
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
+    hook = subscribe(live, tenant, f"https://hooks.example.com:{receiver.port}/hooks", events=["lead.processed"])
+    submit(live, tenant, lead_body("NB1"))
+    assert wait_until(lambda: deliveries(live, tenant, hook["webhookId"]) != [], 5)
+    (attempt,) = deliveries(live, tenant, hook["webhookId"])
+    assert attempt["state"] == "retrying" and attempt["statusCode"] is None
+    assert attempt["error"].startswith("destination refused: hooks.example.com resolves to a loopback address")
+    assert receiver.requests_to("/hooks") == []
+    netguard.forget_resolutions()

@@ -21,6 +21,7 @@ from appliance.clock import iso
 from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, Webhook, event_body, retry_delay, signature
 from appliance.runtime import Runtime
 from appliance.services.bundle import webhook_secret_ref
+from appliance.services.lead_events import lead_summary
 from appliance.storage import WEBHOOKS, OutboxEvent
 
 log = logging.getLogger("appliance.webhooks")
@@ -107,8 +108,9 @@ class WebhookSender:
         batch = [head]
         while batch and not stop.is_set():
             for event in batch:
+                data = self._data(event)
                 while True:  # the row's events, in order
-                    if not await self._send(event, opened, client) or stop.is_set():
+                    if not await self._send(event, data, opened, client) or stop.is_set():
                         return
                     if event.last:
                         break
@@ -119,16 +121,28 @@ class WebhookSender:
                 if opened is not None and not opened.webhook.active:
                     return
 
-    async def _send(self, event: OutboxEvent, opened: OpenedWebhook | None, client: WebhookClient) -> bool:
+    def _data(self, event: OutboxEvent) -> bytes | None:
+        """The events' `data`: the lead as it is now, with the status and submission they are
+        about; None when the lead is gone."""
+        tx = self.runtime.store.reader()
+        with tx:
+            lead = tx.leads.get_lead(event.tenant_id, event.lead_id) if event.lead_id else None
+            submission = tx.leads.get_submission(event.tenant_id, event.submission_id) if event.submission_id else None
+        return lead_summary(lead, submission, event.status) if lead is not None else None
+
+    async def _send(self, event: OutboxEvent, data: bytes | None, opened: OpenedWebhook | None,
+                    client: WebhookClient) -> bool:
         """One event; True when it left the outbox (delivered, or given up)."""
         try:
+            if data is None:
+                return await self._record(event, SendResult(None, "the lead no longer exists"), final=True)
             if event.webhook_id == PLUGIN_SUBSCRIBER:
                 self.registry.call_lead_event(event.tenant_id, msgspec.json.decode(
-                    event_body(event.type, event.created_at, event.data)))
+                    event_body(event.type, event.created_at, data)))
                 return await self._record(event, SendResult(None, None))
             if opened is None or opened.secret is None:
                 return await self._record(event, SendResult(None, "the subscription was deleted"), final=True)
-            body = event_body(event.type, event.created_at, event.data)
+            body = event_body(event.type, event.created_at, data)
             sent_at = int(time.time())  # the receiver checks it against its own wall clock (replays)
             headers = [("webhook-id", event.event_id), ("webhook-timestamp", str(sent_at)),
                        ("webhook-signature", signature(opened.secret, event.event_id, sent_at, body))]

@@ -1,6 +1,7 @@
-"""Lead events into the outbox: every path that changes a lead's status calls `record_lead_events`
-inside its own unit of work, beside `earn`, so an event is committed with the change that caused
-it, or not at all. The webhook sender (appliance/jobs/webhooks) sends them after the commit."""
+"""Lead events: every path that changes a lead's status calls `record_lead_events` inside its own
+unit of work, beside `earn`, so an event is committed with the change that caused it, or not at
+all. The webhook sender (appliance/jobs/webhooks) sends them after the commit, with the `data`
+`lead_summary` makes."""
 
 from __future__ import annotations
 
@@ -17,25 +18,32 @@ _encode = msgspec.json.Encoder().encode
 def record_lead_events(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord,
                        submission: Submission | None, statuses: tuple[str, ...], now: str, *,
                        processed: bool = False) -> None:
-    """Queue the events of `lead` (as it now is) reaching `statuses`, for every subscriber that
-    wants them; `processed`: intake just ended (`lead.processed` first)."""
+    """Queue the events of `lead` reaching `statuses` (the last is where it is now), for every
+    subscriber that wants them; `processed`: intake just ended (`lead.processed` first)."""
     if not settings.subscribers:
         return
     types = lead_event_types(statuses, processed=processed)
-    queued = [NewEvents(webhook_id, lane_of(lead.lead_id), wanted)
-              for webhook_id, events in settings.subscribers
+    lane = lane_of(lead.lead_id)
+    queued = [NewEvents(webhook_id, lane, wanted) for webhook_id, events in settings.subscribers
               if (wanted := tuple(kind for kind in types if subscribed(events, kind)))]
     if queued:
-        tx.webhooks.enqueue(tenant_id, lead.lead_id, lead_summary(lead, submission), queued, now)
+        tx.webhooks.enqueue(tenant_id, lead.lead_id, submission.submission_id if submission else None,
+                            statuses[-1], queued, now)
 
 
-def lead_summary(lead: LeadRecord, submission: Submission | None) -> bytes:
-    """A lead event's `data`: the lead record (never its submissions), with the latest
-    submission's `submissionId`, `status` and `delivery` at the top level. Spliced as bytes:
-    this runs inside the submit's transaction."""
+# The statuses a delivery attempt decided: their events carry the submission's `delivery`; the
+# events before one (qualified, queued...) carry none, as when they happened.
+_AFTER_DELIVERY = frozenset({"delivered", "failed", "returned"})
+
+
+def lead_summary(lead: LeadRecord, submission: Submission | None, status: str | None) -> bytes:
+    """A lead event's `data`: the lead record as it is when the event is sent (never its
+    submissions), with the status the event is about, and the submission's `submissionId` and
+    `delivery` at the top level."""
+    if status is not None and status != lead.status:
+        lead = msgspec.structs.replace(lead, status=status)
     if submission is None:
         return _encode(lead)[:-1] + b',"submissionId":null,"delivery":null}'
-    if submission.status != lead.status:
-        lead = msgspec.structs.replace(lead, status=submission.status)
+    delivery = submission.delivery if status in _AFTER_DELIVERY else None
     return (_encode(lead)[:-1] + b',"submissionId":' + _encode(submission.submission_id)
-            + b',"delivery":' + _encode(submission.delivery) + b"}")
+            + b',"delivery":' + _encode(delivery) + b"}")

@@ -413,9 +413,10 @@ def m009_webhooks(conn: apsw.Connection) -> None:
     # of the change that caused it; a lane is sent oldest first (appliance/domain/webhooks), so
     # the heads of the lanes are the first rows of each (tenant, webhook, lane) in the index.
     # One row holds the events one change caused for one subscriber (`types`, sent in order;
-    # `sent` of them are delivered) and their shared `data`: a submit writes one row, not one per
-    # event. A row leaves when its last event is delivered or given up; what each attempt did
-    # stays in webhook_attempts.
+    # `sent` of them are delivered): a submit writes one small row, not one per event. It names
+    # the lead, the submission and the status the change reached; the lead's data is read when
+    # the event is sent, so the submit's transaction does not write the lead twice. A row leaves
+    # when its last event is delivered or given up; each attempt stays in webhook_attempts.
     conn.execute(
         """
         CREATE TABLE webhooks (
@@ -433,7 +434,8 @@ def m009_webhooks(conn: apsw.Connection) -> None:
             types TEXT NOT NULL,      -- event names, comma separated, in order
             sent INTEGER NOT NULL DEFAULT 0,
             lead_id TEXT,
-            data BLOB NOT NULL,
+            submission_id TEXT,
+            status TEXT,              -- the lead status the change reached
             created_at TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
             next_attempt_at TEXT NOT NULL

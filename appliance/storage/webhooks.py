@@ -1,7 +1,7 @@
 """The event outbox and its attempts log (subscriptions themselves are catalog documents).
 
-An outbox row holds the events one change caused for one subscriber, in order, with their
-shared `data`; `sent` of them are delivered. The event at `sent` is the row's next one."""
+An outbox row holds the events one change caused for one subscriber, in order; `sent` of them
+are delivered. The event at `sent` is the row's next one."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ class OutboxEvent:
     types: tuple[str, ...]
     sent: int
     lead_id: str | None
-    data: bytes
+    submission_id: str | None
+    status: str | None
     created_at: str
     attempts: int
     next_attempt_at: str
@@ -50,7 +51,8 @@ class NewEvents:
     types: tuple[str, ...]
 
 
-_COLUMNS = "seq, tenant_id, webhook_id, lane, event_id, types, sent, lead_id, data, created_at, attempts, next_attempt_at"
+_COLUMNS = ("seq, tenant_id, webhook_id, lane, event_id, types, sent, lead_id, submission_id, status, created_at,"
+            " attempts, next_attempt_at")
 
 
 _EVENTS_LEFT = "length(types) - length(replace(types, ',', '')) + 1 - sent"  # of a row
@@ -67,12 +69,13 @@ class Webhooks:
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
 
-    def enqueue(self, tenant_id: str, lead_id: str | None, data: bytes, queued: list[NewEvents], now: str) -> None:
+    def enqueue(self, tenant_id: str, lead_id: str, submission_id: str | None, status: str, queued: list[NewEvents],
+                now: str) -> None:
         self._conn.executemany(
-            "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, lead_id, data, created_at,"
-            " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), lead_id, data, now, now)
-             for q in queued])
+            "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, lead_id, submission_id, status,"
+            " created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), lead_id, submission_id, status, now,
+              now) for q in queued])
 
     def lane_heads(self, limit: int = 10_000) -> list[OutboxEvent]:
         """The oldest row of every lane that has one: the index is walked from lane to lane, one
