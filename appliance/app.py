@@ -111,7 +111,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         tasks = [asyncio.create_task(run_ticker(runtime, stop))] if background else []
         if background and runtime.config.delivery.concurrency > 0:
             tasks.append(asyncio.create_task(worker.run(stop)))
-        if background and runtime.config.webhooks.concurrency > 0:
+        if background and (runtime.config.webhooks.concurrency > 0 or registry.listens_to_lead_events):
             tasks.append(asyncio.create_task(sender.run(stop)))
         try:
             yield

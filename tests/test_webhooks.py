@@ -18,6 +18,7 @@ from litestar.testing import TestClient
 from standardwebhooks.webhooks import Webhook as Verifier
 
 from appliance.app import create_app
+from appliance.domain.webhooks import RETRY_SCHEDULE
 from appliance.jobs.ticker import purge_old_activity
 from appliance.runtime import Runtime
 from tests.api_helpers import samples
@@ -264,15 +265,22 @@ def test_an_event_is_given_up_after_its_last_retry(live, runtime, receiver):
     hook = subscribe(live, tenant, receiver.url("/hooks"), events=["lead.processed"])
     submit(live, tenant, lead_body("NB1"))
     clock: FakeClock = runtime.clock
-    for n in range(1, 13):
+    tries = len(RETRY_SCHEDULE) + 1
+    waited = 0.0
+    for n in range(1, tries + 1):
         assert wait_until(lambda: len(receiver.requests_to("/hooks")) >= n, 5), n
         time.sleep(0.1)
-        clock.advance(hours=11)
+        if n < tries:
+            step = (datetime.fromisoformat(deliveries(live, tenant, hook["webhookId"])[0]["nextAttemptAt"])
+                    - clock.now()).total_seconds()
+            waited += step
+            clock.advance(seconds=step)
     time.sleep(0.3)
-    assert len(receiver.requests_to("/hooks")) == 12
+    assert len(receiver.requests_to("/hooks")) == tries
+    assert 36 * 3600 <= waited <= 48 * 3600  # a day and a half of trying
     attempts = deliveries(live, tenant, hook["webhookId"], "?limit=100")
-    assert attempts[0]["state"] == "failed" and attempts[0]["attempt"] == 12 and attempts[0]["nextAttemptAt"] is None
-    assert [a["state"] for a in attempts[1:]] == ["retrying"] * 11
+    assert attempts[0]["state"] == "failed" and attempts[0]["attempt"] == tries and attempts[0]["nextAttemptAt"] is None
+    assert [a["state"] for a in attempts[1:]] == ["retrying"] * (tries - 1)
 
 
 def test_deliveries_page(live, runtime, receiver):
@@ -351,3 +359,78 @@ def test_a_receiver_name_that_resolves_to_a_private_address_is_refused_at_send(l
     assert attempt["error"].startswith("destination refused: hooks.example.com resolves to a loopback address")
     assert receiver.requests_to("/hooks") == []
     netguard.forget_resolutions()
+
+
+def test_a_patch_with_an_unknown_event_is_refused(client, tenant):
+    subscribe(client, tenant, "https://hooks.example.com/x", webhookId="one")
+    refused = client.patch("/api/v1/webhooks/one", json={"events": ["lead.sold"]}, headers=tenant.headers)
+    assert refused.status_code == 400 and refused.json()["error"]["details"][0].startswith("events: unknown event")
+    assert client.get("/api/v1/webhooks/one", headers=tenant.headers).json()["data"]["events"] == ["*"]
+
+
+def test_deleting_a_subscription_while_its_event_is_in_flight_touches_no_other_event(live, runtime, receiver):
+    receiver.route("/slow", delay=1.0)
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
+    slow = subscribe(live, tenant, receiver.url("/slow"), events=["lead.processed"])
+    submit(live, tenant, lead_body("NB1"))
+    assert wait_until(lambda: len(receiver.requests_to("/slow")) == 1, 5)  # in flight now
+    gone = live.delete(f"/api/v1/webhooks/{slow['webhookId']}", headers=tenant.headers)
+    assert gone.status_code == 200 and gone.json()["data"]["droppedEvents"] == 1
+    subscribe(live, tenant, receiver.url("/hooks"), events=["lead.processed"])
+    lead = submit(live, tenant, lead_body("NB1"))
+    time.sleep(1.5)  # the deleted subscription's send has ended meanwhile
+    (request,) = received(receiver, 1)
+    assert request.json()["data"]["leadId"] == lead["leadId"]
+    assert live.get(f"/api/v1/webhooks/{slow['webhookId']}/deliveries", headers=tenant.headers).status_code == 404
+
+
+def test_a_new_url_or_a_pause_counts_for_events_already_queued(live, runtime, receiver):
+    receiver.route("/old", status=503)
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
+    hook = subscribe(live, tenant, receiver.url("/old"), events=["lead.processed"])
+    leads = [submit(live, tenant, lead_body("NB1"))["leadId"] for _ in range(3)]
+    assert wait_until(lambda: len(receiver.requests_to("/old")) >= 1, 5)
+    time.sleep(0.3)
+    patch = {"url": receiver.url("/hooks"), "active": False}
+    assert live.patch(f"/api/v1/webhooks/{hook['webhookId']}", json=patch, headers=tenant.headers).status_code == 200
+    runtime.clock.advance(hours=1)
+    time.sleep(0.5)
+    assert receiver.requests_to("/hooks") == []  # paused: the queued events wait
+    assert live.patch(f"/api/v1/webhooks/{hook['webhookId']}", json={"active": True},
+                      headers=tenant.headers).status_code == 200
+    got = received(receiver, 3)
+    assert sorted(r.json()["data"]["leadId"] for r in got) == sorted(leads)  # to the new URL, none lost
+
+
+def test_a_slow_receiver_does_not_hold_up_another_tenants_events(live, runtime, receiver):
+    receiver.route("/slow", delay=2.0)
+    busy = make_tenant(runtime, "Busy", {"campaigns": [campaign("NB1", "No buyer")]})
+    quiet = make_tenant(runtime, "Quiet", {"campaigns": [campaign("NB1", "No buyer")]})
+    subscribe(live, busy, receiver.url("/slow"), events=["lead.processed"])
+    subscribe(live, quiet, receiver.url("/hooks"), events=["lead.processed"])
+    for _ in range(40):
+        submit(live, busy, lead_body("NB1"))
+    assert wait_until(lambda: len(receiver.requests_to("/slow")) >= 4, 5)
+    started = time.monotonic()
+    lead = submit(live, quiet, lead_body("NB1"))
+    (request,) = received(receiver, 1, timeout=5)
+    assert request.json()["data"]["leadId"] == lead["leadId"] and time.monotonic() - started < 1.5
+
+
+def test_a_lead_queued_again_sends_lead_queued_once(live, runtime, receiver):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Capped", delivery={"deliveryEndpointId": "ep", "deliveryLimits": [{"cap": 1, "type": "daily"}],
+                                   "deliverySchedule": {"timezone": "UTC"}})]})
+    subscribe(live, tenant, receiver.url("/hooks"), events=["lead.queued", "lead.delivered"])
+    first = submit(live, tenant, lead_body("DL1"))
+    wait_for(live, tenant, first["leadId"], status_is("delivered"))
+    waiting = [submit(live, tenant, lead_body("DL1"))["leadId"] for _ in range(2)]
+    for lead_id in waiting:
+        wait_for(live, tenant, lead_id, status_is("queued"))
+    runtime.clock.set(datetime(2026, 3, 11, 0, 0, 1, tzinfo=UTC))  # one slot again: one goes, one queues again
+    assert wait_until(lambda: any(live.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]["status"]
+                                  == "delivered" for lead_id in waiting), 5)
+    time.sleep(0.5)
+    events = [(r.json()["type"], r.json()["data"]["leadId"]) for r in received(receiver, 4)]
+    assert sorted(e for e in events if e[0] == "lead.queued") == sorted(("lead.queued", i) for i in waiting)
+    assert len(events) == 4  # first delivered, two queued, one delivered: nothing for the lead queued again

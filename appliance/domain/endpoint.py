@@ -86,8 +86,11 @@ class ResponseRules(Model):
     message_path: str | None = None
 
 
+DEFAULT_BACKOFF_SECONDS: tuple[int, ...] = (10, 60, 300, 1800, 7200)  # deliveries' and webhooks'
+
+
 def _default_backoff() -> list[int | float]:
-    return [10, 60, 300, 1800, 7200]
+    return list(DEFAULT_BACKOFF_SECONDS)
 
 
 class RetryPolicy(Model):

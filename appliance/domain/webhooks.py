@@ -18,7 +18,7 @@ from collections.abc import Iterable
 
 import msgspec
 
-from appliance.domain.endpoint import SEALED, check_http_url
+from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS, SEALED, check_http_url
 from appliance.model import Model, invalid
 
 LEAD_STATUS_EVENTS: dict[str, str] = {
@@ -32,10 +32,10 @@ MIN_SECRET_BYTES = 24
 LANES = 16  # per subscription: how many leads' events may be in flight to one receiver at once
 PLUGIN_SUBSCRIBER = "~plugins"  # the outbox's name for the plugins' on_lead_event hook
 
-# Seconds to wait after the nth failed attempt; past the last, the event is given up. About a day
-# and a half in all, so a receiver down for hours still gets every event (Standard Webhooks'
-# reference schedule is of this shape).
-RETRY_SCHEDULE: tuple[int, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 18000, 36000, 36000, 36000)
+# Retries wait as deliveries' do (10 s, 1 min, 5 min, 30 min, 2 h), the last step repeated. A
+# delivery gives up after 5 attempts (36 minutes); an event keeps trying for a day and a half, so
+# a receiver down for hours, or over a night, still gets every event.
+RETRY_SCHEDULE: tuple[int, ...] = DEFAULT_BACKOFF_SECONDS + (DEFAULT_BACKOFF_SECONDS[-1],) * 17
 
 _WEBHOOK_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,100}$")
 

@@ -25,7 +25,7 @@ from appliance.domain.approval import held_by_approval, holds_delivery
 from appliance.domain.campaign import Campaign
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
 from appliance.domain.delivery_target import delivery_endpoint_id
-from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
+from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS, DeliveryEndpoint, fill_credentials, sealed_fields
 from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
 from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
@@ -40,7 +40,7 @@ from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
 
 log = logging.getLogger("appliance.delivery")
 
-DEFAULT_BACKOFF = (10, 60, 300, 1800, 7200)
+DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
 
 
@@ -416,11 +416,13 @@ class DeliveryWorker:
         lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
         if lead is None or lead.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status
-        lead = msgspec.structs.replace(
-            lead, status=status, campaign_id=submission.campaign.campaign_id, client_id=submission.campaign.client_id,
-            offer_id=submission.campaign.offer_id, updated_at=now)
+        changed = lead.status != status
+        lead = msgspec.structs.replace(lead, status=status, campaign_id=submission.campaign.campaign_id,
+                                       client_id=submission.campaign.client_id, offer_id=submission.campaign.offer_id,
+                                       updated_at=now)
         tx.leads.update_lead(tenant_id, lead)
-        record_lead_events(tx, attempt.settings, tenant_id, lead, submission, (status,), now)
+        if changed:  # a lead queued again (a cap still full) is not news
+            record_lead_events(tx, attempt.settings, tenant_id, lead, submission, (status,), now)
 
     # ---- deferred evaluation ------------------------------------------------------------------
 

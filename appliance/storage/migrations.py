@@ -426,7 +426,7 @@ def m009_webhooks(conn: apsw.Connection) -> None:
             PRIMARY KEY (tenant_id, webhook_id)
         );
         CREATE TABLE webhook_outbox (
-            seq INTEGER PRIMARY KEY,
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: the sender names rows by it
             tenant_id TEXT NOT NULL,
             webhook_id TEXT NOT NULL,
             lane INTEGER NOT NULL,

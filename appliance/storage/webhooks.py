@@ -104,8 +104,8 @@ class Webhooks:
 
     def is_next(self, event: OutboxEvent) -> bool:
         """Whether `event` is still its row's next one (not already recorded by an earlier run)."""
-        return self._conn.execute("SELECT 1 FROM webhook_outbox WHERE seq = ? AND sent = ?",
-                                  (event.seq, event.sent)).fetchone() is not None
+        return self._conn.execute("SELECT 1 FROM webhook_outbox WHERE seq = ? AND sent = ? AND event_id = ?",
+                                  (event.seq, event.sent, event.row_event_id)).fetchone() is not None
 
     def sent_one(self, event: OutboxEvent, *, attempt: int, status_code: int | None, error: str | None, state: str,
                  next_attempt_at: str | None, now: str) -> None:
