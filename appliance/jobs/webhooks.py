@@ -89,7 +89,8 @@ class WebhookSender:
             lane, subscriber = (head.tenant_id, head.webhook_id, head.lane), (head.tenant_id, head.webhook_id)
             plugins = head.webhook_id == PLUGIN_SUBSCRIBER
             limit = max(1, self.concurrency)
-            if lane in in_flight or head.next_attempt_at > now or self._resting.get(lane, 0.0) > clock:
+            due = head.next_attempt_at is None or head.next_attempt_at <= now
+            if lane in in_flight or not due or self._resting.get(lane, 0.0) > clock:
                 continue
             if len(in_flight) >= limit or per_subscription.get(subscriber, 0) >= max(1, limit // 2):
                 continue

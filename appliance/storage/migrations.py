@@ -438,7 +438,7 @@ def m009_webhooks(conn: apsw.Connection) -> None:
             status TEXT,              -- the lead status the change reached
             created_at TEXT NOT NULL,
             attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at TEXT NOT NULL
+            next_attempt_at TEXT      -- NULL until an attempt failed: due at once
         );
         CREATE INDEX webhook_outbox_lanes ON webhook_outbox(tenant_id, webhook_id, lane, seq);
         CREATE TABLE webhook_attempts (

@@ -27,7 +27,7 @@ class OutboxEvent:
     status: str | None
     created_at: str
     attempts: int
-    next_attempt_at: str
+    next_attempt_at: str | None  # None: never tried, due at once
 
     @property
     def type(self) -> str:
@@ -71,11 +71,11 @@ class Webhooks:
 
     def enqueue(self, tenant_id: str, lead_id: str, submission_id: str | None, status: str, queued: list[NewEvents],
                 now: str) -> None:
-        self._conn.executemany(
-            "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, lead_id, submission_id, status,"
-            " created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), lead_id, submission_id, status, now,
-              now) for q in queued])
+        for q in queued:  # nearly always one subscriber: execute, not executemany
+            self._conn.execute(
+                "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, lead_id, submission_id, status,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), lead_id, submission_id, status, now))
 
     def lane_heads(self, limit: int = 10_000) -> list[OutboxEvent]:
         """The oldest row of every lane that has one: the index is walked from lane to lane, one
