@@ -279,3 +279,19 @@ def test_restore_without_the_master_key_or_with_a_garbled_one_creates_nothing(cl
     assert not (tmp_path / "new").exists()
     (tmp_path / "data" / "master.key").write_text("not base64 at all!\n")
     one_error_line(cli("tenant", "list", expect=1), "is not a base64 key")
+
+
+def test_a_websocket_upgrade_gets_the_envelope_not_a_bare_refusal(cli, server):
+    _proc, port = server
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"GET /api/v1/campaigns HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 401"), answer
+    assert json.loads(body)["error"]["code"] == "UNAUTHORIZED"
