@@ -15,27 +15,22 @@ from appliance.runtime import Runtime
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
-from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, submit, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
 
 # Tuesday 2026-03-10 15:00 UTC = 11:00 in New York.
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def clock(runtime: Runtime, tmp_path) -> FakeClock:
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
+def clock(runtime: Runtime) -> FakeClock:
     fake = FakeClock(START)
     runtime.clock = fake
     return fake
 
 
 @pytest.fixture
-def live(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.app_state = app.state
+def live(runtime: Runtime, clock: FakeClock, tmp_path) -> Iterator[TestClient]:
+    with live_app(runtime, tmp_path) as client:
         yield client
 
 
@@ -221,7 +216,7 @@ def test_short_circuited_submission_is_evaluated_by_the_job_loop(live, runtime):
     assert lead["submissions"][0]["qualification"]["passed"] is True
 
 
-def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock):
+def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock, tmp_path):
     tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
         campaign("DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
     with TestClient(create_app(runtime, background=False)) as offline:
@@ -229,9 +224,6 @@ def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock):
         interrupted = submit(offline, tenant, lead_body("DL1"))
     runtime.store.sqlite.write_sync(lambda conn: conn.execute(
         "UPDATE jobs SET state = 'running' WHERE submission_id = ?", (interrupted["submissionId"],)))
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    with TestClient(app) as client:
-        client.app_state = app.state
+    with live_app(runtime, tmp_path) as client:
         for data in (waiting, interrupted):
             wait_for(client, tenant, data["leadId"], status_is("delivered"))

@@ -10,25 +10,19 @@ from datetime import UTC, datetime
 import pytest
 from litestar.testing import TestClient
 
-from appliance.app import create_app
 from appliance.runtime import Runtime
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
-from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, submit, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 
 
 @pytest.fixture
 def live(runtime: Runtime, tmp_path) -> Iterator[TestClient]:
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
     runtime.clock = FakeClock(START)
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.app_state = app.state  # wait_for wakes the worker
+    with live_app(runtime, tmp_path) as client:
         yield client
 
 

@@ -16,7 +16,6 @@ import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from appliance.app import create_app
 from appliance.domain.lead import LeadRecord
 from appliance.runtime import Runtime
 from appliance.services import reports
@@ -25,7 +24,7 @@ from tests.api_helpers import validation_error
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock, source_key
-from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, submit, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 MONEY = ("cost", "revenue", "margin", "currency")
@@ -40,12 +39,7 @@ def clock(runtime: Runtime) -> FakeClock:
 
 @pytest.fixture
 def live(runtime: Runtime, clock: FakeClock, tmp_path) -> Iterator[TestClient]:
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.app_state = app.state  # wait_for wakes the worker
+    with live_app(runtime, tmp_path) as client:
         yield client
 
 

@@ -7,16 +7,14 @@ import asyncio
 
 import msgspec
 import pytest
-from litestar.testing import TestClient
 
-from appliance.app import create_app
 from appliance.domain.delivery_target import endpoint_override
 from appliance.domain.submission import SubmitLead
 from appliance.errors import InvalidState
 from appliance.services import reposts, tenancy
 from appliance.services.tenant_settings import load_settings
 from tests.conftest import make_tenant
-from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, status_is, wait_for
 from tests.submit_support import (  # noqa: F401
     accepted, api, clock, condition, events_of, jobs, person, plain, read_lead, rule_set, setup_tenant,
     source_key,
@@ -543,12 +541,7 @@ def test_concurrent_reposts_of_one_lead_make_one_submission(api, runtime, tenant
 
 @pytest.fixture
 def live(runtime, clock, tmp_path):
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.app_state = app.state
+    with live_app(runtime, tmp_path) as client:
         yield client
 
 

@@ -17,7 +17,6 @@ import pytest
 from litestar.testing import TestClient
 from standardwebhooks.webhooks import Webhook as Verifier
 
-from appliance.app import create_app
 from appliance.domain.webhooks import RETRY_SCHEDULE
 from appliance.jobs.ticker import purge_old_activity
 from appliance.runtime import Runtime
@@ -26,7 +25,7 @@ from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
-from tests.worker_helpers import SCRIPTED, endpoint, lead_body, status_is, submit, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 BUNDLE = {"deliveryEndpoints": [endpoint()], "campaigns": [campaign("WH1", "Hooks", delivery={"deliveryEndpointId": "ep"})]}
@@ -48,14 +47,8 @@ def receiver() -> Iterator[BuyerServer]:
 
 @pytest.fixture
 def live(runtime: Runtime, tmp_path) -> Iterator[TestClient]:
-    (tmp_path / "plugins").mkdir(exist_ok=True)
-    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
     runtime.clock = FakeClock(START)
-    app = create_app(runtime)
-    app.state.worker.poll_seconds = 0.05
-    app.state.webhook_sender.poll_seconds = 0.05
-    with TestClient(app, raise_server_exceptions=False) as client:
-        client.app_state = app.state
+    with live_app(runtime, tmp_path) as client:
         yield client
 
 

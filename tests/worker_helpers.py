@@ -1,13 +1,17 @@
 """What the delivery worker's tests share (this module holds no tests): a scripted delivery
-adapter for the plugin folder, an endpoint that uses it, leads that tell it what to answer, and
-waiting for a lead's status through the API."""
+adapter for the plugin folder, the app running with it, an endpoint that uses it, leads that tell
+it what to answer, and waiting for a lead's status through the API."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 from litestar.testing import TestClient
+
+from appliance.app import create_app
 
 
 SCRIPTED = '''
@@ -40,6 +44,20 @@ class Scripted(DeliveryAdapter):
 def appliance_delivery_adapters(settings):
     return [Scripted()]
 '''
+
+
+@contextlib.contextmanager
+def live_app(runtime, tmp_path: Path) -> Iterator[TestClient]:
+    """The app with its background loops (polling every 50 ms) and the scripted adapter in the
+    test's plugin folder; `wait_for` wakes its worker through `client.app_state`."""
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "scripted.py").write_text(SCRIPTED)
+    app = create_app(runtime)
+    app.state.worker.poll_seconds = 0.05
+    app.state.webhook_sender.poll_seconds = 0.05
+    with TestClient(app, raise_server_exceptions=False) as client:
+        client.app_state = app.state
+        yield client
 
 
 def endpoint(endpoint_id: str = "ep", **extra) -> dict:
