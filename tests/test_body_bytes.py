@@ -26,6 +26,7 @@ BODIES = {
     ("POST", "/api/v1/pixels/fire"): b'{"leadId":"{leadId}","pixelId":"A-px","platform":"social",'
                                      b'"eventName":"%s"}',
     ("POST", "/api/v1/webhooks"): b'{"url":"https://hooks.example.com/x","description":"%s"}',
+    ("POST", "/api/v1/leads/redeliver"): b'{"status":"failed","deliveryEndpointId":"%s"}',
     ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
 }
 SPOILED_FIELD = {
@@ -34,7 +35,7 @@ SPOILED_FIELD = {
     "/api/v1/leads/{leadId}/repost": "deliveryInfo.deliveryEndpointId",
     "/api/v1/leads/{leadId}/deliver": "campaignId", "/api/v1/submissions/{submissionId}": "result",
     "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
-    "/api/v1/webhooks/{webhookId}": "description",
+    "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
 }
 
 

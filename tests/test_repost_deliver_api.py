@@ -562,3 +562,63 @@ def test_the_worker_delivers_reposts_to_the_named_endpoint(live, runtime):
     lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
     assert [s["flowType"] for s in lead["submissions"]] == ["standard", "repost", "repost"]
     assert lead["submissions"][2]["responseFields"] == {"echo": "ep"}
+
+
+# ---- POST /api/v1/leads/redeliver ------------------------------------------------------------------
+
+def redeliver(api, tenant, body: dict, status: int = 200) -> dict:
+    response = api.post("/api/v1/leads/redeliver", json=body, headers=tenant.headers)
+    assert response.status_code == status, response.text
+    return response.json()["data"] if status == 200 else response.json()["error"]
+
+
+def test_redeliver_reposts_every_failed_lead_that_matches_once(live, runtime, other_tenant):
+    bundle = {"deliveryEndpoints": [endpoint("ep"), endpoint("ep2")], "campaigns": [
+        plain("DL1", delivery={"deliveryEndpointId": "ep"}), plain("DL2", delivery={"deliveryEndpointId": "ep2"})]}
+    tenant = make_tenant(runtime, "Live", bundle)
+    failed = [accepted(live, tenant, lead_body(code, "failure"))["leadId"] for code in ("DL1", "DL1", "DL2")]
+    delivered = accepted(live, tenant, lead_body("DL1"))["leadId"]
+    for lead_id in failed:
+        wait_for(live, tenant, lead_id, status_is("failed"))
+    wait_for(live, tenant, delivered, status_is("delivered"))
+    for c in bundle["campaigns"]:  # what is sent again waits (queued), so the calls below see a still picture
+        c["delivery"]["deliveryLimits"] = [{"cap": 0, "type": "daily"}]
+    tenancy.import_bundle(runtime, tenant.tenant_id, msgspec.json.encode(bundle), "json")
+    assert redeliver(live, tenant, {"status": "failed", "deliveryEndpointId": "ep2"}) == {
+        "matched": 1, "reposted": 1, "skipped": []}
+    again = redeliver(live, tenant, {"status": "failed", "campaignIds": ["DL1", "DL2"], "leadIds": [*failed, delivered]})
+    assert again == {"matched": 2, "reposted": 2, "skipped": []}  # the DL2 lead is no longer failed
+    assert redeliver(live, tenant, {"status": "failed"})["matched"] == 0  # sent twice: nothing twice
+    for lead_id in failed:
+        lead = live.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]
+        assert [s["flowType"] for s in lead["submissions"]] == ["standard", "repost"]
+    assert redeliver(live, other_tenant, {"status": "failed", "leadIds": failed})["matched"] == 0
+
+
+def test_redeliver_tries_queued_leads_at_once(live, runtime):
+    capped = {"deliveryEndpoints": [endpoint("ep")], "campaigns": [plain("DL1", delivery={
+        "deliveryEndpointId": "ep", "deliveryLimits": [{"cap": 1, "type": "daily"}]})]}
+    tenant = make_tenant(runtime, "Live", capped)
+    first = accepted(live, tenant, lead_body("DL1"))["leadId"]
+    wait_for(live, tenant, first, status_is("delivered"))
+    waiting = accepted(live, tenant, lead_body("DL1"))["leadId"]
+    wait_for(live, tenant, waiting, status_is("queued"))  # until tomorrow
+    capped["campaigns"][0]["delivery"]["deliveryLimits"][0]["cap"] = 5  # the buyer takes more today
+    tenancy.import_bundle(runtime, tenant.tenant_id, msgspec.json.encode(capped), "json")
+    assert redeliver(live, tenant, {"status": "queued"}) == {"matched": 1, "reposted": 1, "skipped": []}
+    wait_for(live, tenant, waiting, status_is("delivered"))
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"status": "delivered"}, "status"),
+    ({}, "status"),
+    ({"status": "failed", "campaignIds": ["NOPE"]}, "campaignIds[0]"),
+    ({"status": "failed", "deliveryEndpointId": "nope"}, "deliveryEndpointId"),
+    ({"status": "failed", "startDate": "yesterday"}, "startDate"),
+    ({"status": "failed", "startDate": "2026-03-10", "endDate": "2026-03-01"}, "endDate"),
+    ({"status": "failed", "leadIds": ["x"] * 10_001}, "leadIds"),
+    ({"status": "failed", "colour": "red"}, "colour"),
+])
+def test_redeliver_refuses_bad_filters_naming_the_field(client, tenant, body, field):
+    error = redeliver(client, tenant, body, status=400)
+    assert error["code"] == "VALIDATION_ERROR" and any(d.startswith(field) for d in error["details"]), error

@@ -262,4 +262,19 @@ async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result, 201)
 
 
-ROUTES = [submit_lead, approve_lead, return_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead]
+@post("/api/v1/leads/redeliver", operation_id="redeliverLeads", status_code=200,
+      opt={"body": reposts.RedeliverBody, "data": reposts.RedeliverResult, "errors": ["VALIDATION_ERROR"]})
+async def redeliver_leads(request: Request) -> Response:
+    """Failed, error or queued leads by filter, sent again (at most 10,000 a call); see
+    appliance/services/reposts.py."""
+    who = principal(request.scope)
+    body = await read_json(request, reposts.RedeliverBody)
+    state = request.app.state
+    result = await reposts.redeliver(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
+                                     who.tenant_id, who.key_id, body)
+    state.worker.wake()
+    return ok(result)
+
+
+ROUTES = [submit_lead, approve_lead, return_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead,
+          redeliver_leads]

@@ -50,14 +50,14 @@ running) refuses both with 409; ready or held jobs of the last submission are ca
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.campaign import Campaign
-from appliance.domain.delivery_target import REPOST_EVENT
+from appliance.domain.delivery_target import REPOST_EVENT, delivery_endpoint_id
 from appliance.domain.lead import (
     REPOSTABLE, Approval, JourneyEvent, LeadRecord, QualificationOutcome, RoutingOutcome,
     Submission,
@@ -65,10 +65,11 @@ from appliance.domain.lead import (
 from appliance.domain.pipeline import PromptEvaluator, evaluate, event, snapshot, usable
 from appliance.domain.submission import LeadData, SubmitLead, build_lead, facts_of, field_library_problems
 from appliance.errors import InvalidState, NotFound, ValidationFailed
-from appliance.ids import new_id
+from appliance.ids import floor_id, new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.services.lead_events import record_lead_events
+from appliance.services.lead_updates import parse_iso
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import DELIVERY_ENDPOINTS, Session
@@ -305,5 +306,103 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
                                flow_type="manual_delivery", qualification=qualification, routing=routing,
                                events=events, approval=lead.approval, now_dt=now_dt)
         return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
+
+    return await runtime.store.write(unit, may_refuse=True)
+
+
+# ---- redeliver ---------------------------------------------------------------------------------
+
+MAX_REDELIVER = 10_000
+LeadIdText = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class RedeliverBody(Model):
+    """Which leads to send again: every one at `status` that matches every filter given."""
+    status: Literal["failed", "error", "queued"]
+    campaign_ids: Annotated[list[CampaignId], Meta(max_length=100)] | None = None
+    delivery_endpoint_id: Annotated[str, Meta(min_length=1, max_length=128)] | None = None
+    start_date: Annotated[str, Meta(max_length=64)] | None = None
+    end_date: Annotated[str, Meta(max_length=64)] | None = None
+    lead_ids: Annotated[list[LeadIdText], Meta(max_length=MAX_REDELIVER)] | None = None
+
+
+class RedeliverResult(Model):
+    matched: int       # leads at the status that match the filters (at most 10,000 are looked at)
+    reposted: int      # sent again: a simple-retry repost, or a queued delivery tried at once
+    skipped: list[str]  # why the others were not (lead id: reason), the first 100
+
+
+def _date_bound(field: str, text: str | None, *, end: bool) -> str | None:
+    if text is None:
+        return None
+    parsed = parse_iso(text)
+    if parsed is None:
+        raise ValidationFailed([f"{field}: must be an ISO 8601 date or timestamp"])
+    moment, bare_date = parsed
+    epoch_ms = int(moment.timestamp() * 1000)
+    if end:  # inclusive: a date through the end of that UTC day
+        epoch_ms += 86_400_000 if bare_date else 1
+    return floor_id("lead", epoch_ms)
+
+
+async def redeliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str,
+                    body: RedeliverBody) -> RedeliverResult:
+    """Failed and error leads get a simple-retry repost each (as POST /leads/{id}/repost with no
+    body); a queued lead's waiting delivery is tried at once (a raised cap or a widened window
+    takes effect now). Each lead is its own write, so one refusal does not undo the others, and
+    a call sent twice sends nothing twice: a lead sent again is no longer at `status`."""
+    problems = [f"campaignIds[{i}]: unknown campaign" for i, c in enumerate(body.campaign_ids or [])
+                if c not in settings.campaigns]
+    after = _date_bound("startDate", body.start_date, end=False)
+    before = _date_bound("endDate", body.end_date, end=True)
+    if after is not None and before is not None and before <= after:
+        problems.append("endDate: must not be before startDate")
+    tx = runtime.store.reader()
+    endpoints = tx.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)
+    if body.delivery_endpoint_id is not None and body.delivery_endpoint_id not in endpoints:
+        problems.append("deliveryEndpointId: unknown delivery endpoint")
+    if problems:
+        raise ValidationFailed(problems)
+    with tx:
+        if body.lead_ids is not None:
+            leads = [lead for lead in tx.leads.get_leads(tenant_id, list(dict.fromkeys(body.lead_ids)))
+                     if lead.status == body.status and (after is None or lead.lead_id >= after)
+                     and (before is None or lead.lead_id < before)
+                     and (not body.campaign_ids or lead.campaign_id in body.campaign_ids)]
+        else:
+            ids = tx.leads.ids_with_status(tenant_id, body.status, campaign_ids=body.campaign_ids or (),
+                                           after_id=after, before_id=before, limit=MAX_REDELIVER)
+            leads = tx.leads.get_leads(tenant_id, ids)
+        if body.delivery_endpoint_id is not None:
+            leads = [lead for lead in leads if _endpoint_of(tx, settings, tenant_id, lead) == body.delivery_endpoint_id]
+    reposted, skipped = 0, []
+    for lead in leads:
+        try:
+            if body.status == "queued":
+                reposted += await _deliver_queued_now(runtime, tenant_id, lead.lead_id)
+            else:
+                await repost(runtime, settings, tenant_id, key_id, lead.lead_id, RepostBody())
+                reposted += 1
+        except (InvalidState, NotFound) as exc:  # changed meanwhile, or not repostable as it stands
+            if len(skipped) < 100:
+                skipped.append(f"{lead.lead_id}: {'; '.join(exc.details or []) or 'not found'}")
+    return RedeliverResult(matched=len(leads), reposted=reposted, skipped=skipped)
+
+
+def _endpoint_of(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord) -> str | None:
+    submission = tx.leads.latest_submission(tenant_id, lead.lead_id)
+    campaign = settings.campaigns.get(submission.campaign.campaign_id if submission else lead.campaign_id or "")
+    return delivery_endpoint_id(submission, campaign) if submission is not None and campaign is not None else None
+
+
+async def _deliver_queued_now(runtime: Runtime, tenant_id: str, lead_id: str) -> int:
+    now = iso(runtime.clock.now())
+
+    def unit(tx: Session) -> int:
+        lead = tx.leads.get_lead(tenant_id, lead_id)
+        submission = tx.leads.latest_submission(tenant_id, lead_id)
+        if lead is None or submission is None or lead.status != "queued":
+            raise InvalidState([f"status: the lead is {lead.status if lead else 'gone'}, no longer queued"])
+        return 1 if tx.jobs.due_now(submission.submission_id, now) else 0
 
     return await runtime.store.write(unit, may_refuse=True)

@@ -110,6 +110,12 @@ class Jobs:
                 Caps(self._conn).take_from_counter(tenant_id, scope, period)
             self._conn.execute("UPDATE jobs SET reservations = NULL WHERE job_id = ?", (job_id,))
 
+    def due_now(self, submission_id: str, now: str) -> int:
+        """A submission's waiting delivery job (queued for a window or a limit) tried at once."""
+        self._conn.execute("UPDATE jobs SET due_at = ?, updated_at = ? WHERE submission_id = ? AND kind = 'deliver'"
+                           " AND state = 'ready' AND due_at > ?", (now, now, submission_id, now))
+        return self._conn.changes()
+
     def job_state(self, job_id: int) -> str | None:
         found = self._conn.execute("SELECT state FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         return found[0] if found else None

@@ -218,6 +218,21 @@ class Leads:
                 f"SELECT {_LEAD_ROW} FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)
         return [(row[0], _LEADS.json_of(row)) for row in rows]
 
+    def ids_with_status(self, tenant_id: str, status: str, *, campaign_ids: Sequence[str] = (),
+                        after_id: str | None = None, before_id: str | None = None, limit: int) -> list[str]:
+        """Ids of the tenant's leads at `status`, oldest first (one walk of leads_by_status)."""
+        clauses, params = ["tenant_id = ?", "status = ?"], [tenant_id, status]
+        if campaign_ids:
+            clauses.append(f"campaign_id IN ({','.join('?' * len(campaign_ids))})")
+            params.extend(campaign_ids)
+        for bound, value in ((">=", after_id), ("<", before_id)):
+            if value is not None:
+                clauses.append(f"lead_id {bound} ?")
+                params.append(value)
+        return [lead_id for (lead_id,) in self._conn.execute(
+            f"SELECT lead_id FROM leads INDEXED BY leads_by_status WHERE {' AND '.join(clauses)}"
+            " ORDER BY lead_id LIMIT ?", [*params, limit])]
+
     def lead_doc(self, tenant_id: str, lead_id: str) -> bytes | None:
         found = self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
                                    (lead_id, tenant_id)).fetchone()
