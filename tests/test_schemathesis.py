@@ -28,7 +28,8 @@ Deliberately excluded, and why:
   and every operation under /api/v1/sms, /api/v1/pixels and /api/v1/files (sender formats,
   the pixel's platform must match `platform`, document URLs must be absolute http(s)), and
   createWebhook, updateWebhook (the receiver URL must be https with a public host, the secret
-  `whsec_` and base64 of 24+ bytes). Every other check still runs on them, negative data included.
+  `whsec_` and base64 of 24+ bytes), redeliverLeads (campaigns and endpoints must exist, dates
+  parse). Every other check still runs on them, negative data included.
 - Known issue, kept out by the hook until fixed in appliance/api/leads.py: startDate/endDate
   before 1970 all map to the same id bound, so two distinct pre-1970 dates are answered
   "endDate: must not be before startDate"; the hook moves such dates to 1970-01-01.
@@ -58,7 +59,8 @@ MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))
 TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
-SEMANTIC_BODIES = ("submitLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook")
+SEMANTIC_BODIES = ("submitLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
+                   "redeliverLeads")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 
 
