@@ -322,6 +322,41 @@ def import_(runtime: Runtime, tenant_id: str, file: str, as_json: bool) -> None:
 
 @main.command()
 @click.option("--tenant", "tenant_id", required=True)
+@click.option("--list", "list_id", required=True, help="The suppression list's id (sup_...).")
+@click.argument("file", type=click.Path(dir_okay=False))
+@click.option("--remove", is_flag=True, help="Remove the file's values from the list instead of adding them.")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def suppress(runtime: Runtime, tenant_id: str, list_id: str, file: str, remove: bool, as_json: bool) -> None:
+    """Add (or remove) the emails and phones of a CSV file to a suppression list: a column named
+    email and/or phone, or a single column of values. Bad rows are counted and reported."""
+    from appliance.errors import NotFound
+    from appliance.services import suppression
+
+    data = _read(file)
+    try:
+        if not runtime.store.reader().tenants.tenant_exists(tenant_id):
+            _fail(f"tenant {tenant_id} does not exist")
+        rows = suppression.open_csv(runtime, tenant_id, list_id, data)
+        with click.progressbar(length=max(data.count(b"\n"), 1), label="rows", file=sys.stderr,
+                               hidden=not sys.stderr.isatty()) as bar:
+            report = suppression.load_rows(runtime, list_id, rows, remove=remove, progress=bar.update)
+    except NotFound:
+        _fail(f"no suppression list {list_id} in tenant {tenant_id}")
+    except suppression.CsvProblem as exc:
+        _fail(f"{file}: {exc}")
+    verb = "removed" if remove else "loaded"
+    _emit(as_json, report.as_dict(remove),
+          f"{verb} {report.changed} values from {report.rows} rows, {list_id} ({report.skipped} "
+          f"{'not on the list' if remove else 'already there'}, {report.bad_rows} bad rows); "
+          f"the list holds {report.count}"
+          + "".join(f"\n  {example}" for example in report.bad_examples)
+          + (f"\n  ... and {report.bad_rows - len(report.bad_examples)} more" if report.bad_rows > len(
+              report.bad_examples) else ""))
+
+
+@main.command()
+@click.option("--tenant", "tenant_id", required=True)
 @click.argument("file", required=False, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True, help="With FILE: report as JSON (without FILE the bundle is JSON).")
 @admin_command

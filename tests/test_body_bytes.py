@@ -28,6 +28,8 @@ BODIES = {
     ("POST", "/api/v1/webhooks"): b'{"url":"https://hooks.example.com/x","description":"%s"}',
     ("POST", "/api/v1/leads/redeliver"): b'{"status":"failed","deliveryEndpointId":"%s"}',
     ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
+    ("POST", "/api/v1/suppression-lists"): b'{"name":"%s"}',
+    ("POST", "/api/v1/suppression-lists/{listId}/entries"): b'{"add":["%s@example.com"]}',
 }
 SPOILED_FIELD = {
     "/api/v1/leads/submit": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
@@ -36,6 +38,7 @@ SPOILED_FIELD = {
     "/api/v1/leads/{leadId}/deliver": "campaignId", "/api/v1/submissions/{submissionId}": "result",
     "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
     "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
+    "/api/v1/suppression-lists": "name", "/api/v1/suppression-lists/{listId}/entries": "add[0]",
 }
 
 
@@ -45,7 +48,10 @@ def ids(client, tenant) -> dict[str, str]:
     client.post("/api/v1/files", json={"leadId": lead_id, **FILE}, headers=tenant.headers)
     client.post("/api/v1/webhooks", json={"url": "https://hooks.example.com/x", "webhookId": "hook"},
                 headers=tenant.headers)
-    return {"leadId": lead_id, "submissionId": submission_of(client, tenant, lead_id), "webhookId": "hook"}
+    list_id = client.post("/api/v1/suppression-lists", json={"name": "optouts"},
+                          headers=tenant.headers).json()["data"]["listId"]
+    return {"leadId": lead_id, "submissionId": submission_of(client, tenant, lead_id), "webhookId": "hook",
+            "listId": list_id}
 
 
 def body_routes(app) -> list[tuple[str, str]]:

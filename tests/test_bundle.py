@@ -88,6 +88,7 @@ FULL_CAMPAIGN = {
             "routeTo": {"campaignId": "HOME1", "clientName": "Acme", "offerName": "Home"},
         }],
         "fallbackCampaigns": ["HOME1"],
+        "suppressionListIds": ["sup_optouts"],
     },
     "ingestion": {"sources": [{
         "sourceId": "src_1", "name": "Supplier A", "supplierId": "sup_1", "postingSpecId": "spec_1",

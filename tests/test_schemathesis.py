@@ -29,7 +29,8 @@ Deliberately excluded, and why:
   the pixel's platform must match `platform`, document URLs must be absolute http(s)), and
   createWebhook, updateWebhook (the receiver URL must be https with a public host, the secret
   `whsec_` and base64 of 24+ bytes), redeliverLeads (campaigns and endpoints must exist, dates
-  parse). Every other check still runs on them, negative data included.
+  parse), changeSuppressionEntries (each value must be an email or a phone number, and at
+  least one of add and remove given). Every other check still runs on them, negative data included.
 - Known issue, kept out by the hook until fixed in appliance/api/leads.py: startDate/endDate
   before 1970 all map to the same id bound, so two distinct pre-1970 dates are answered
   "endDate: must not be before startDate"; the hook moves such dates to 1970-01-01.
@@ -60,7 +61,7 @@ TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
 SEMANTIC_BODIES = ("submitLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
-                   "redeliverLeads")
+                   "redeliverLeads", "changeSuppressionEntries")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 
 

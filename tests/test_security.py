@@ -64,6 +64,10 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     client.post("/api/v1/files", json={"leadId": theirs, **FILE}, headers=other_tenant.headers)
     client.post("/api/v1/webhooks", json={"url": "https://hooks.example.com/theirs", "webhookId": "theirhook"},
                 headers=other_tenant.headers)
+    their_list = client.post("/api/v1/suppression-lists", json={"name": "Theirs"},
+                             headers=other_tenant.headers).json()["data"]["listId"]
+    client.post(f"/api/v1/suppression-lists/{their_list}/entries", json={"add": ["jane2@example.com"]},
+                headers=other_tenant.headers)
     before = snapshot(runtime, other_tenant.tenant_id)
     h = tenant.headers
 
@@ -87,10 +91,12 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("PATCH", "/api/v1/webhooks/{webhookId}"): {"url": "https://evil.example.com/x"},
         ("DELETE", "/api/v1/webhooks/{webhookId}"): None,
         ("GET", "/api/v1/webhooks/{webhookId}/deliveries"): None,
+        ("GET", "/api/v1/suppression-lists/{listId}"): None,
+        ("POST", "/api/v1/suppression-lists/{listId}/entries"): {"remove": ["jane2@example.com"]},
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
-                   webhookId="theirhook")
+                   webhookId="theirhook", listId=their_list)
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.
@@ -119,6 +125,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
                                                                    "/api/v1/field-library")])
     assert "OC0" not in listed and "O-q1" not in listed
     assert client.get("/api/v1/webhooks", headers=h).json()["data"]["items"] == []
+    assert client.get("/api/v1/suppression-lists", headers=h).json()["data"]["items"] == []
 
     assert snapshot(runtime, other_tenant.tenant_id) == before
     # Every route with a path parameter was tried above (a new one must be added here).

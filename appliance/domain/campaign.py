@@ -371,6 +371,8 @@ class Qualification(Model):
     auto_routing_enabled: bool = False
     routing_rules: list[RoutingRule] = []
     fallback_campaigns: list[str] = []
+    # Suppression lists (POST /api/v1/suppression-lists) checked at intake and before delivery.
+    suppression_list_ids: list[str] = []
 
 
 # 2.1.5 ingestion

@@ -25,16 +25,22 @@ class IntakeDecision(msgspec.Struct, frozen=True):  # a struct: made on every su
 
 
 def decide_intake(*, intake: Campaign, now: str, refused_at_source: str | None, duplicate_of: str | None,
-                  evaluation: Evaluation | None, approval: Approval | None) -> IntakeDecision:
+                  evaluation: Evaluation | None, approval: Approval | None,
+                  suppressed_by: str | None = None) -> IntakeDecision:
     """`refused_at_source`: the attestation problem or the cap reached, if any; `duplicate_of`:
     the earlier lead dedupe found; `evaluation`: routing and qualification (None when the source
-    asked for a quick answer and the job loop evaluates later); `approval`: the lead's, as stored."""
+    asked for a quick answer and the job loop evaluates later); `approval`: the lead's, as stored;
+    `suppressed_by`: the name (or id) of the suppression list holding the lead's email or phone."""
     events: list[JourneyEvent] = []
     if refused_at_source is not None:
         events.append(event(now, "source_check", refused_at_source))
         return IntakeDecision("disqualified", intake, refused_at_source, approval, events=events, qualification=(
             QualificationOutcome(passed=False, score=0, method="source_check", reason=refused_at_source,
                                  qualified_at=now)))
+    if suppressed_by is not None:
+        reason = f"suppressed by list {suppressed_by}"  # the list, never the value it matched
+        events.append(event(now, "suppressed", reason))
+        return IntakeDecision("suppressed", intake, reason, approval, events=events)
     if duplicate_of is not None:
         reason = f"duplicate of {duplicate_of}"
         events.append(event(now, "dedupe", reason, details={"originalLeadId": duplicate_of}))

@@ -30,6 +30,7 @@ from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, Pos
 from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
+from appliance.domain.suppression import lead_hashes
 from appliance.runtime import Runtime
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
@@ -215,6 +216,11 @@ class DeliveryWorker:
         if campaign is None:
             await self._record(attempt, None, DeliveryResult(outcome="failure", reason="campaign no longer exists"))
             return
+        suppressed = self._suppressed_by(attempt, campaign)
+        if suppressed is not None:
+            await store.write(lambda tx: self._settle(tx, attempt, None, "suppressed", suppressed, job_state="done",
+                                                      event_kind="suppressed"))
+            return
         problem = self._delivery_time_problem(attempt, campaign)
         if problem is not None:
             await store.write(lambda tx: self._settle(tx, attempt, None, "disqualified", problem, job_state="done"))
@@ -267,6 +273,20 @@ class DeliveryWorker:
             tx.jobs.finish(job.job_id, "cancelled", now, "waiting on the lead's approval")
         else:
             tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
+
+    def _suppressed_by(self, attempt: Attempt, campaign: Campaign) -> str | None:
+        """The campaign's suppression lists, checked again just before sending (a value may have
+        been added since the submit): the reason names the list, never the value."""
+        list_ids = campaign.qualification.suppression_list_ids
+        hashes = lead_hashes(attempt.lead.email, attempt.lead.phone_e164) if list_ids else []
+        if not hashes:
+            return None
+        tx = self.runtime.store.reader()
+        list_id = tx.suppression.first_match(attempt.job.tenant_id, list_ids, hashes)
+        if list_id is None:
+            return None
+        found = tx.suppression.get_list(attempt.job.tenant_id, list_id)
+        return f"suppressed by list {found[1] if found is not None else list_id}"
 
     def _delivery_time_problem(self, attempt: Attempt, campaign: Campaign) -> str | None:
         """`appliesAt: delivery` rules and the TCPA delivery policy, just before sending."""

@@ -90,6 +90,7 @@ def load_bundle(
     known_endpoints: frozenset[str] = frozenset(),
     known_campaigns: frozenset[str] = frozenset(),
     known_questionnaires: frozenset[str] | None = None,
+    known_suppression_lists: frozenset[str] | None = None,
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
     With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
@@ -105,6 +106,13 @@ def load_bundle(
             else (known_questionnaires or frozenset()) | {q.questionnaire_id for q in bundle.questionnaires}
         ),
     )
+    if known_suppression_lists is not None:  # lists live in the database only, never in a bundle
+        problems += [
+            f"campaigns[{i}].qualification.suppressionListIds[{j}]: unknown suppression list"
+            for i, c in enumerate(bundle.campaigns)
+            for j, list_id in enumerate(c.qualification.suppression_list_ids)
+            if list_id not in known_suppression_lists
+        ]
     if problems:
         raise BundleError(problems)
     return bundle

@@ -23,6 +23,7 @@ from appliance.domain.pipeline import (
     Evaluation, attestation_problem, evaluate, event, snapshot, usable,
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
+from appliance.domain.suppression import lead_hashes
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
 from appliance.ids import new_id
 from appliance.plugins import Registry
@@ -111,6 +112,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     if rejected_at_source is None and not (source and source.short_circuit_sync_evaluation):
         evaluation = evaluate(facts, intake, settings.campaigns, source, value_sets=settings.value_sets,
                               today=today, now=now, prompt_evaluator=registry.prompt_evaluator())
+    # Suppression costs nothing unless a campaign names lists: then one query in the transaction.
+    suppression_lists = _suppression_lists(intake, evaluation)
     dedupe = None if lead.is_test or existing is not None else effective_policy(
         runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
     plan = _Plan(
@@ -119,6 +122,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         evaluation=evaluation, rejected_at_source=rejected_at_source, caps=source_cap_checks(intake, source, now_dt),
         dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
         settings=settings, now_dt=now_dt, now=now, submission_id=new_id("sub"),
+        suppression_lists=suppression_lists,
+        suppression_hashes=lead_hashes(lead.email, lead.phone_e164) if suppression_lists else [],
     )
     # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
     result = await runtime.store.write(plan.commit, may_refuse=plan.existing)
@@ -146,6 +151,8 @@ class _Plan:
     now_dt: datetime
     now: str
     submission_id: str
+    suppression_lists: list[str]
+    suppression_hashes: list[bytes]
 
     def commit(self, tx: Session) -> SubmitResult:
         """Runs on the writer thread inside the group transaction."""
@@ -158,20 +165,27 @@ class _Plan:
         refused = self.rejected_at_source or next(
             (f"{check.label} reached" for check in self.caps
              if tx.caps.counter_value(self.tenant_id, check.scope, check.period_start) >= check.cap), None)
+        suppressed_by = None
+        if refused is None and self.suppression_hashes:
+            list_id = tx.suppression.first_match(self.tenant_id, self.suppression_lists, self.suppression_hashes)
+            if list_id is not None:
+                found = tx.suppression.get_list(self.tenant_id, list_id)
+                suppressed_by = found[1] if found is not None else list_id
         duplicate_of = None
-        if refused is None and self.dedupe is not None and self.dedupe_since is not None:
+        if refused is None and suppressed_by is None and self.dedupe is not None and self.dedupe_since is not None:
             earlier = tx.leads.earlier_leads(self.tenant_id, self.intake.campaign_id, lead.email,
                                              lead.phone_e164, self.dedupe_since)
             duplicate_of = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
         decision = decide_intake(intake=self.intake, now=now, refused_at_source=refused, duplicate_of=duplicate_of,
-                                 evaluation=self.evaluation, approval=lead.approval)
+                                 evaluation=self.evaluation, approval=lead.approval, suppressed_by=suppressed_by)
         if decision.counts_against_caps:
             for check in self.caps:
                 tx.caps.add_to_counter(self.tenant_id, check.scope, check.period_start)
         events = [event(now, "received", f"submitted to {self.intake.campaign_id}", self.intake,
                         {"sourceId": lead.source_id, "resubmission": self.existing}), *decision.events]
         status, campaign, qualification = decision.status, decision.campaign, decision.qualification
-        evaluation = self.evaluation if refused is None and duplicate_of is None else None  # it decided
+        evaluation = self.evaluation if refused is None and duplicate_of is None and suppressed_by is None \
+            else None  # it decided
 
         number = lead.submission_count + 1
         client, offer = campaign.client, campaign.offer
@@ -206,6 +220,16 @@ class _Plan:
              campaign=campaign, source=self.source, facts=self.facts)
         record_lead_events(tx, self.settings, self.tenant_id, lead, submission, (status,), now, processed=True)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
+
+
+def _suppression_lists(intake: Campaign, evaluation: Evaluation | None) -> list[str]:
+    """The lists a submit is checked against: its campaign's and, when routing moved it, the
+    campaign it was routed to."""
+    lists = intake.qualification.suppression_list_ids
+    routed = evaluation.campaign.qualification.suppression_list_ids if evaluation is not None else []
+    if not routed or routed is lists:
+        return lists
+    return list(dict.fromkeys([*lists, *routed]))
 
 
 def run_intake_action(registry: Registry, campaign: Campaign, lead: LeadRecord, submission_id: str, action: str) -> None:

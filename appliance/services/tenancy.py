@@ -118,6 +118,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_value_sets=frozenset(reader.catalog.doc_ids(VALUE_SETS, tenant_id)),
         known_endpoints=frozenset(reader.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)),
         known_campaigns=frozenset(reader.catalog.campaign_ids(tenant_id)),
+        known_suppression_lists=frozenset(reader.suppression.list_ids(tenant_id)),
     )
     unsendable = _unsendable_urls(bundle) + [
         problem for i, w in enumerate(bundle.webhooks)

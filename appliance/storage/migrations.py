@@ -457,3 +457,26 @@ def m009_webhooks(conn: apsw.Connection) -> None:
         CREATE INDEX webhook_attempts_by_webhook ON webhook_attempts(tenant_id, webhook_id, attempt_id);
         """
     )
+
+
+@migration
+def m010_suppression_lists(conn: apsw.Connection) -> None:
+    # A list's entries are SHA-256 digests of normalized, type-prefixed values (never the values):
+    # the primary key is the index a check probes, and WITHOUT ROWID keeps it the only b-tree.
+    conn.execute(
+        """
+        CREATE TABLE suppression_lists (
+            list_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            name TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            entry_count INTEGER NOT NULL DEFAULT 0  -- kept by the repository with every add and remove
+        );
+        CREATE INDEX suppression_lists_by_tenant ON suppression_lists(tenant_id, list_id);
+        CREATE TABLE suppression_entries (
+            list_id TEXT NOT NULL,
+            hash BLOB NOT NULL CHECK (length(hash) = 32),
+            PRIMARY KEY (list_id, hash)
+        ) WITHOUT ROWID;
+        """
+    )

@@ -3,7 +3,7 @@
 A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
-`tx.webhooks`).
+`tx.webhooks`, `tx.suppression`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -38,6 +38,7 @@ from appliance.storage.ledger import Ledger
 from appliance.storage.messages import Messages
 from appliance.storage.reports import Reports
 from appliance.storage.secrets import Secrets
+from appliance.storage.suppression import Suppression
 from appliance.storage.tenants import Tenants
 from appliance.storage.webhooks import Webhooks
 
@@ -48,7 +49,7 @@ class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
     __slots__ = ("_conn", "activity", "caps", "catalog", "files", "jobs", "leads", "ledger", "messages", "reports",
-                 "secrets", "tenants", "webhooks")
+                 "secrets", "suppression", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -64,6 +65,7 @@ class Session:
         self.activity = Activity(conn)
         self.reports = Reports(conn)
         self.webhooks = Webhooks(conn)
+        self.suppression = Suppression(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()

@@ -1,0 +1,55 @@
+"""Suppression lists: GET|POST /api/v1/suppression-lists, GET /api/v1/suppression-lists/{listId},
+POST /api/v1/suppression-lists/{listId}/entries (add and remove emails and phones)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Request, Response, get, post
+from litestar.params import PathParameter, QueryParameter
+
+from appliance.api.auth import principal
+from appliance.api.io import ok, query_int, query_str, read_json
+from appliance.services import suppression
+from appliance.services.suppression import (
+    EntryChange, EntryChangeResult, SuppressionList, SuppressionListCreate, SuppressionListPage,
+)
+
+DEFAULT_LIMIT, MAX_LIMIT = 25, 100
+Query = Annotated[str | None, QueryParameter()]
+ListId = Annotated[str, PathParameter(name="listId")]
+
+
+@get("/api/v1/suppression-lists", operation_id="listSuppressionLists",
+     opt={"data": SuppressionListPage, "errors": ["VALIDATION_ERROR"]})
+async def list_lists(request: Request, cursor: Query = None, limit: Query = None) -> Response:
+    """Lists in listId order; `cursor` is the last listId of the previous page."""
+    tenant_id = principal(request.scope).tenant_id
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    return ok(suppression.page(request.app.state.runtime, tenant_id, query_str(request, "cursor"), per_page))
+
+
+@post("/api/v1/suppression-lists", operation_id="createSuppressionList", status_code=201,
+      opt={"body": SuppressionListCreate, "data": SuppressionList, "status": 201, "errors": ["VALIDATION_ERROR"]})
+async def create_list(request: Request) -> Response:
+    tenant_id = principal(request.scope).tenant_id
+    body = await read_json(request, SuppressionListCreate)
+    return ok(await suppression.create(request.app.state.runtime, tenant_id, body), status=201)
+
+
+@get("/api/v1/suppression-lists/{listId:str}", operation_id="getSuppressionList",
+     opt={"data": SuppressionList, "errors": ["NOT_FOUND"]})
+async def get_list(request: Request, list_id: ListId) -> Response:
+    return ok(suppression.get(request.app.state.runtime, principal(request.scope).tenant_id, list_id))
+
+
+@post("/api/v1/suppression-lists/{listId:str}/entries", operation_id="changeSuppressionEntries", status_code=200,
+      opt={"body": EntryChange, "data": EntryChangeResult, "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
+async def change_entries(request: Request, list_id: ListId) -> Response:
+    """Emails and phones are normalized as a lead's are and kept as SHA-256 digests only."""
+    tenant_id = principal(request.scope).tenant_id
+    body = await read_json(request, EntryChange)
+    return ok(await suppression.change_entries(request.app.state.runtime, tenant_id, list_id, body))
+
+
+ROUTES = [list_lists, create_list, get_list, change_entries]
