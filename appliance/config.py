@@ -166,6 +166,20 @@ class OutboundAdapterSettings(Settings):
 BUILTIN_PLUGIN_TABLES = ("twilio", "telnyx", "meta_capi", "tiktok_events")
 
 
+class TrustedFormSettings(Settings):
+    """`[plugins.trustedform]`: where certificates are claimed (adapters/trustedform.py) and the
+    account's API key, sent as HTTP basic `API:<key>` (never logged or stored)."""
+
+    base_url: str = "https://cert.trustedform.com"
+    api_key: str = ""
+    timeout_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
+        if not 0 < self.timeout_seconds <= 120:
+            invalid("timeout_seconds", "must be more than 0 and at most 120")
+
+
 class PluginsConfig(Settings):
     dirs: list[str] = msgspec.field(default_factory=lambda: ["./plugins"])
     strict: bool = False  # a plugin that fails to load stops start-up instead of being skipped
@@ -173,13 +187,19 @@ class PluginsConfig(Settings):
     tables: dict[str, dict] = {}
 
     def __post_init__(self) -> None:
-        for name in BUILTIN_PLUGIN_TABLES:
+        for name in (*BUILTIN_PLUGIN_TABLES, "trustedform"):
             if name in self.tables:
                 try:
-                    msgspec.convert(self.tables[name], OutboundAdapterSettings)
+                    msgspec.convert(self.tables[name],
+                                    TrustedFormSettings if name == "trustedform" else OutboundAdapterSettings)
                 except msgspec.ValidationError as exc:
                     path, problem = describe_validation_error(exc).split(": ", 1)
                     invalid(name if path == "body" else f"{name}.{path}", problem)
+
+
+    @property
+    def trustedform(self) -> TrustedFormSettings:
+        return msgspec.convert(self.tables.get("trustedform", {}), TrustedFormSettings)
 
 
 class MetricsConfig(Settings):

@@ -73,7 +73,7 @@ FULL_CAMPAIGN = {
         "rules": [RULES],
         "tcpaPolicy": {
             "deliveryPolicy": {"required": True},
-            "ingestionPolicy": {"requireSourceAttestation": True},
+            "ingestionPolicy": {"requireSourceAttestation": True, "verifyCertificate": False},
             "campaignAttestation": {"enabled": True, "attestedBy": "ops", "attestedAt": "2026-11-21T09:30:00.123Z",
                                     "note": "reviewed"},
         },

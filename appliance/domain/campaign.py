@@ -346,6 +346,8 @@ class DeliveryPolicy(Model):
 
 class IngestionPolicy(Model):
     require_source_attestation: bool = False
+    # Claim compliance.trustedFormCertUrl with TrustedForm before qualifying (the job loop does it).
+    verify_certificate: bool = False
 
 
 class CampaignAttestation(Model):

@@ -46,7 +46,10 @@ def decide_intake(*, intake: Campaign, now: str, refused_at_source: str | None, 
         events.append(event(now, "dedupe", reason, details={"originalLeadId": duplicate_of}))
         return IntakeDecision("duplicate", intake, reason, approval, events=events)
     if evaluation is None:
-        events.append(event(now, "evaluation_deferred", "shortCircuitSyncEvaluation is set on the source"))
+        why = ("the campaign verifies the TrustedForm certificate first"
+               if intake.qualification.tcpa_policy.ingestion_policy.verify_certificate
+               else "shortCircuitSyncEvaluation is set on the source")
+        events.append(event(now, "evaluation_deferred", why))
         return IntakeDecision("pending", intake, None, approval, events=events, job="evaluate",
                               counts_against_caps=True)
     status, campaign = evaluation.status, evaluation.campaign

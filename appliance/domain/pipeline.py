@@ -68,8 +68,13 @@ def event(now: str, kind: str, reason: str | None = None, campaign: Campaign | N
 
 
 def attestation_problem(campaign: Campaign, compliance: Mapping[str, Any]) -> str | None:
-    """Source checks: a campaign may require the source's TCPA attestation."""
-    if not campaign.qualification.tcpa_policy.ingestion_policy.require_source_attestation:
+    """Source checks: a campaign may require the source's TCPA attestation, and a TrustedForm
+    certificate URL when it verifies certificates (the claim itself is the job loop's)."""
+    policy = campaign.qualification.tcpa_policy.ingestion_policy
+    if policy.verify_certificate and not compliance.get("trustedFormCertUrl"):
+        return ("TrustedForm certificate could not be verified: "
+                "compliance.trustedFormCertUrl is missing")
+    if not policy.require_source_attestation:
         return None
     if compliance.get("tcpaConsent") is not True:
         return "TCPA attestation required: compliance.tcpaConsent must be true"

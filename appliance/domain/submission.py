@@ -101,6 +101,8 @@ def _check_objects(body: SubmitLead, problems: list[str]) -> None:
     stamp = compliance.get("consentTimestamp")
     if stamp is not None and not is_timestamp(stamp):
         problems.append("compliance.consentTimestamp: must be an ISO 8601 timestamp")
+    if "trustedForm" in compliance:  # the claim's outcome: written by the appliance only
+        problems.append("compliance.trustedForm: set by the appliance when it verifies the certificate")
     for key in _COMPLIANCE_TEXT:
         value = compliance.get(key)
         if value is not None and not isinstance(value, str):

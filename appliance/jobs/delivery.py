@@ -18,6 +18,7 @@ import httpx
 import msgspec
 
 from appliance import logs
+from appliance.adapters import trustedform
 from appliance.adapters.outbound import Scrubber, adapter_crash
 from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import iso
@@ -83,6 +84,7 @@ class DeliveryWorker:
         self.grace_seconds = grace_seconds
         self._wake = asyncio.Event()
         self._endpoints: dict[tuple[str, int, str], OpenedEndpoint | None] = {}
+        self._trustedform = runtime.config.plugins.trustedform
 
     def wake(self) -> None:
         """New work may be due (a submit committed a job, a job finished)."""
@@ -133,7 +135,7 @@ class DeliveryWorker:
         logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
             if job.kind == "evaluate":
-                await self._evaluate(job)
+                await self._evaluate(job, http)
             else:
                 await self._deliver(job, http)
         except asyncio.CancelledError:
@@ -446,7 +448,7 @@ class DeliveryWorker:
 
     # ---- deferred evaluation ------------------------------------------------------------------
 
-    async def _evaluate(self, job: Job) -> None:
+    async def _evaluate(self, job: Job, http: httpx.AsyncClient) -> None:
         attempt = self._load(job)
         now = iso(self.runtime.clock.now())
         if attempt is None:
@@ -457,6 +459,26 @@ class DeliveryWorker:
             await self.runtime.store.write(lambda tx: self._settle(
                 tx, attempt, None, "error", "campaign no longer exists", job_state="dead"))
             return
+        claimed: dict | None = None  # compliance.trustedForm, when the campaign verifies certificates
+        if intake.qualification.tcpa_policy.ingestion_policy.verify_certificate:
+            claim = await self._claim(attempt, http)
+            if claim.kind == "retry":
+                await self.runtime.store.write(lambda tx: self._claim_later(tx, attempt, claim))
+                return
+            claimed = claim.stored()
+            attempt = replace(attempt, lead=msgspec.structs.replace(
+                attempt.lead, compliance={**attempt.lead.compliance, "trustedForm": claimed}))
+            if claim.kind == "failed":
+                failed, reason = attempt, claim.reason or "TrustedForm certificate could not be verified"
+
+                def disqualify(tx: Session) -> None:
+                    self._store_claim(tx, failed, claimed)
+                    self._settle(tx, failed, None, "disqualified", reason, job_state="done",
+                                 event_kind="trustedform_failed", details={"statusCode": claim.status_code})
+
+                await self.runtime.store.write(disqualify)
+                log.info("TrustedForm certificate of %s not verified: %s", job.lead_id, reason)
+                return
         source = next((s for s in intake.ingestion.sources if s.source_id == attempt.lead.source_id), None)
         evaluation = evaluate(facts_of(attempt.lead), intake, attempt.settings.campaigns, source,
                               value_sets=attempt.settings.value_sets, today=attempt.now.date(), now=now,
@@ -464,6 +486,8 @@ class DeliveryWorker:
 
         def unit(tx: Session) -> None:
             status, reason = evaluation.status, evaluation.qualification.reason or evaluation.status
+            if claimed is not None:
+                self._store_claim(tx, attempt, claimed)
             stored = tx.leads.get_lead(job.tenant_id, job.lead_id)
             stored_approval = stored.approval if stored is not None and evaluation.approval is None else None
             if (held := held_by_approval(status, stored_approval)) is not None:
@@ -490,6 +514,34 @@ class DeliveryWorker:
         await self.runtime.store.write(unit)
         if evaluation.intake_action in ("engage", "workflow"):
             run_intake_action(self.registry, evaluation.campaign, attempt.lead, job.submission_id, evaluation.intake_action)
+
+    async def _claim(self, attempt: Attempt, http: httpx.AsyncClient) -> trustedform.Claim:
+        """Claim the lead's TrustedForm certificate (the submit made sure it has a URL)."""
+        cert_url = attempt.lead.compliance.get("trustedFormCertUrl")
+        if not isinstance(cert_url, str) or not cert_url:
+            return trustedform.Claim("failed", "TrustedForm certificate could not be verified: "
+                                               "compliance.trustedFormCertUrl is missing")
+        return await trustedform.claim(http, self._trustedform, cert_url, lead_id=attempt.lead.lead_id,
+                                       allow_private=self.runtime.config.delivery.allow_private_addresses)
+
+    @staticmethod
+    def _store_claim(tx: Session, attempt: Attempt, claimed: dict) -> None:
+        """`compliance.trustedForm` on the stored lead, when this is still its latest submission."""
+        lead = tx.leads.get_lead(attempt.job.tenant_id, attempt.lead.lead_id)
+        if lead is None or lead.submission_count != attempt.submission.submission_number:
+            return
+        tx.leads.update_lead(attempt.job.tenant_id, msgspec.structs.replace(
+            lead, compliance={**lead.compliance, "trustedForm": claimed}))
+
+    def _claim_later(self, tx: Session, attempt: Attempt, claim: trustedform.Claim) -> None:
+        """TrustedForm could not answer: the lead waits at `pending`, the claim is tried again."""
+        now_dt = self.runtime.clock.now()
+        attempts = attempt.job.attempts
+        due = iso(now_dt + timedelta(seconds=float(DEFAULT_BACKOFF[min(attempts - 1, len(DEFAULT_BACKOFF) - 1)])))
+        tx.jobs.reschedule(attempt.job.job_id, due, iso(now_dt), error=claim.reason)
+        self._settle(tx, attempt, None, None, f"{claim.reason}; claim retry {attempts + 1} at {due}",
+                     job_state=None, event_kind="trustedform_error",
+                     details={"attempt": attempts, "statusCode": claim.status_code})
 
 
 def retries_left(endpoint: DeliveryEndpoint | None, attempts: int) -> bool:

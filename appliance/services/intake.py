@@ -109,7 +109,10 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
 
     rejected_at_source = attestation_problem(intake, lead.compliance)
     evaluation = None
-    if rejected_at_source is None and not (source and source.short_circuit_sync_evaluation):
+    # A campaign that verifies TrustedForm certificates qualifies in the job loop, after the claim.
+    deferred = bool(source and source.short_circuit_sync_evaluation) \
+        or intake.qualification.tcpa_policy.ingestion_policy.verify_certificate
+    if rejected_at_source is None and not deferred:
         evaluation = evaluate(facts, intake, settings.campaigns, source, value_sets=settings.value_sets,
                               today=today, now=now, prompt_evaluator=registry.prompt_evaluator())
     # Suppression costs nothing unless a campaign names lists: then one query in the transaction.
