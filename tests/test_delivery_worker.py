@@ -14,18 +14,9 @@ from appliance.app import create_app
 from appliance.runtime import Runtime
 from tests.bundles import campaign
 from tests.conftest import make_tenant
-from tests.submit_support import FakeClock
+from tests.submit_support import START, clock, FakeClock  # noqa: F401 (the clock fixture)
 from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
 
-# Tuesday 2026-03-10 15:00 UTC = 11:00 in New York.
-START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def clock(runtime: Runtime) -> FakeClock:
-    fake = FakeClock(START)
-    runtime.clock = fake
-    return fake
 
 
 @pytest.fixture

@@ -16,17 +16,9 @@ from appliance.runtime import Runtime
 from tests.api_helpers import validation_error
 from tests.bundles import campaign
 from tests.conftest import make_tenant
-from tests.submit_support import FakeClock, source_key
+from tests.submit_support import START, clock, FakeClock, source_key  # noqa: F401 (the clock fixture)
 from tests.worker_helpers import live_app, endpoint, lead_body, lead_of, status_is, submit, wait_for
 
-START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
-
-
-@pytest.fixture
-def clock(runtime: Runtime) -> FakeClock:
-    fake = FakeClock(START)
-    runtime.clock = fake
-    return fake
 
 
 @pytest.fixture
