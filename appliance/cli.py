@@ -305,6 +305,85 @@ def key_revoke(runtime: Runtime, key_id: str) -> None:
     click.echo(f"revoked {key_id}")
 
 
+@main.group()
+def endpoint() -> None:
+    """A tenant's delivery endpoints: health, pause and resume."""
+
+
+def _endpoint_unit(runtime: Runtime, tenant_id: str, make_unit: Callable, endpoint_id: str, reason: str | None):
+    """Run a pause or resume unit of appliance/services/endpoints for the CLI."""
+    from appliance.errors import NotFound
+    from appliance.services.tenant_settings import load_settings
+
+    store = runtime.store
+    if not store.reader().tenants.tenant_exists(tenant_id):
+        _fail(f"tenant {tenant_id} does not exist")
+    settings = load_settings(store, tenant_id, store.reader().tenants.config_rev(tenant_id))
+    try:
+        return store.write_sync(make_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()),
+                                may_refuse=True)
+    except NotFound:
+        _fail(f"no delivery endpoint {endpoint_id} in tenant {tenant_id}")
+        raise  # not reached: _fail exits
+
+
+def _endpoint_line(item: Any) -> str:
+    day = item.last24h
+    return (f"{item.delivery_endpoint_id}\t{item.state}\t{item.host or item.adapter}\t"
+            f"24h: {day.delivered} delivered, {day.failed} failed, {day.error} errors\t"
+            f"{item.consecutive_errors} errors in a row\t{item.waiting} waiting"
+            + (f"\t({item.paused_reason})" if item.paused_reason else ""))
+
+
+@endpoint.command("list")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def endpoint_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
+    from appliance.services import endpoints
+
+    if not runtime.store.reader().tenants.tenant_exists(tenant_id):
+        _fail(f"tenant {tenant_id} does not exist")
+    items = endpoints.page(runtime, tenant_id, None, 1_000_000).items
+    _emit(as_json, msgspec.to_builtins(items), "\n".join(_endpoint_line(item) for item in items)
+          or "no delivery endpoints")
+
+
+@endpoint.command("pause")
+@click.option("--tenant", "tenant_id", required=True)
+@click.argument("endpoint_id")
+@click.option("--reason", default=None, help="Shown as the endpoint's pausedReason.")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def endpoint_pause(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: str | None, as_json: bool) -> None:
+    """Deliveries to the endpoint wait (they do not fail) until it is resumed."""
+    from appliance.services.endpoints import log, pause_unit
+
+    item, changed = _endpoint_unit(runtime, tenant_id, pause_unit, endpoint_id, reason)
+    if changed:
+        log.warning("delivery endpoint %s paused by hand: %r", endpoint_id, item.paused_reason)
+    _emit(as_json, msgspec.to_builtins(item), f"{endpoint_id} {'paused' if changed else 'was already paused'}")
+
+
+@endpoint.command("resume")
+@click.option("--tenant", "tenant_id", required=True)
+@click.argument("endpoint_id")
+@click.option("--reason", default=None, help="Logged with the resume.")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def endpoint_resume(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: str | None, as_json: bool) -> None:
+    """The deliveries that waited for the endpoint are due at once (a running server takes them
+    within a second)."""
+    from appliance.services.endpoints import log, resume_unit
+
+    item, released, changed = _endpoint_unit(runtime, tenant_id, resume_unit, endpoint_id, reason)
+    if changed:
+        log.warning("delivery endpoint %s resumed (%r); %d waiting deliveries released", endpoint_id,
+                    reason or "by hand", released)
+    _emit(as_json, msgspec.to_builtins(item),
+          f"{endpoint_id} {'resumed' if changed else 'was not paused'}; {released} waiting deliveries released")
+
+
 @main.command("import")
 @click.option("--tenant", "tenant_id", required=True)
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))

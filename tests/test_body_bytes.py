@@ -30,6 +30,8 @@ BODIES = {
     ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
     ("POST", "/api/v1/suppression-lists"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists/{listId}/entries"): b'{"add":["%s@example.com"]}',
+    ("POST", "/api/v1/endpoints/{deliveryEndpointId}/pause"): b'{"reason":"%s"}',
+    ("POST", "/api/v1/endpoints/{deliveryEndpointId}/resume"): b'{"reason":"%s"}',
 }
 SPOILED_FIELD = {
     "/api/v1/leads/submit": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
@@ -39,6 +41,7 @@ SPOILED_FIELD = {
     "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
     "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
     "/api/v1/suppression-lists": "name", "/api/v1/suppression-lists/{listId}/entries": "add[0]",
+    "/api/v1/endpoints/{deliveryEndpointId}/pause": "reason", "/api/v1/endpoints/{deliveryEndpointId}/resume": "reason",
 }
 
 
@@ -51,7 +54,7 @@ def ids(client, tenant) -> dict[str, str]:
     list_id = client.post("/api/v1/suppression-lists", json={"name": "optouts"},
                           headers=tenant.headers).json()["data"]["listId"]
     return {"leadId": lead_id, "submissionId": submission_of(client, tenant, lead_id), "webhookId": "hook",
-            "listId": list_id}
+            "listId": list_id, "deliveryEndpointId": "A-ep"}
 
 
 def body_routes(app) -> list[tuple[str, str]]:

@@ -106,6 +106,13 @@ FULL_CAMPAIGN = {
     }]},
     "delivery": {
         "deliveryEndpointId": "ep_1",
+        "distribution": {"method": "weighted", "endpoints": [
+            {"deliveryEndpointId": "ep_1", "priority": 0, "weight": 3, "active": True, "deliveryLimits": [],
+             "deliverySchedule": None, "conditions": None},
+            {"deliveryEndpointId": "ep_2", "priority": 1, "weight": 1, "active": True,
+             "deliveryLimits": [{"active": True, "cap": 10, "type": "daily", "action": "queue", "startDate": None,
+                                 "endDate": None, "routeToCampaignId": None}],
+             "deliverySchedule": None, "conditions": None}]},
         "deliveryLimits": [{"active": True, "cap": 50, "type": "daily", "action": "route",
                             "startDate": "2026-11-01", "endDate": "2026-12-31", "routeToCampaignId": "HOME1"}],
         "deliverySchedule": {
@@ -339,6 +346,20 @@ def campaign_problem(patch: dict) -> list[str]:
     ({"firstIntakeAction": {"action": "call"}},
      "campaigns[0].firstIntakeAction.action: must be one of human_review, engage, workflow"),
     ({"createdAt": "2026-11-21"}, "campaigns[0].createdAt: must be an ISO 8601 timestamp"),
+    ({"delivery.distribution": {"method": "weighted", "endpoints": []}},
+     "campaigns[0].delivery.distribution.endpoints: must name at least one delivery endpoint"),
+    ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1", "weight": 0}]}},
+     "campaigns[0].delivery.distribution.endpoints[0].weight: must be greater than 0"),
+    ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1", "weight": -2.5}]}},
+     "campaigns[0].delivery.distribution.endpoints[0].weight: must be greater than 0"),
+    ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1"}, {"deliveryEndpointId": "ep_1"}]}},
+     "campaigns[0].delivery.distribution.endpoints: names 'ep_1' twice"),
+    ({"delivery.distribution": {"method": "random", "endpoints": [{"deliveryEndpointId": "ep_1"}]}},
+     "campaigns[0].delivery.distribution.method: must be one of priority, round_robin, weighted"),
+    ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1",
+                                               "deliveryLimits": [{"cap": 5, "action": "next_priority"}]}]}},
+     "campaigns[0].delivery.distribution.endpoints[0].deliveryLimits: a buyer's own limits can only queue"
+     " (the lead moves on to the next buyer)"),
 ])
 def test_campaign_problem_paths(patch, problem):
     assert campaign_problem(patch) == [problem]
@@ -368,7 +389,8 @@ def test_cross_checks_report_every_problem():
             ".valueSetId: unknown value set") in problems
     assert "campaigns[0].documents[0].conditions.subRules[0].conditions[0].valueSetId: unknown value set" in problems
     assert "sms.campaignProviders.HOME1: unknown campaign" in problems
-    assert len(problems) == 2 * 9 + 5  # per campaign: 9 dangling references
+    assert "campaigns[0].delivery.distribution.endpoints[0].deliveryEndpointId: unknown delivery endpoint" in problems
+    assert len(problems) == 2 * 10 + 5  # per campaign: 10 dangling references
 
 
 def test_duplicate_keys_in_catalog():
@@ -386,10 +408,10 @@ def test_duplicate_keys_in_catalog():
 def test_references_may_name_stored_items():
     data = bundle_with(campaigns=[FULL_CAMPAIGN], valueSets=[], deliveryEndpoints=[], questionnaires=[],
                        sms=None)
-    bundle = load_json(data, known_value_sets=frozenset({"states"}), known_endpoints=frozenset({"ep_1"}),
+    bundle = load_json(data, known_value_sets=frozenset({"states"}), known_endpoints=frozenset({"ep_1", "ep_2"}),
                        known_campaigns=frozenset({"HOME1"}))
     assert bundle.campaigns[0].campaign_id == "AUTO1"
-    problems = problems_of(data, known_value_sets=frozenset({"states"}), known_endpoints=frozenset({"ep_1"}),
+    problems = problems_of(data, known_value_sets=frozenset({"states"}), known_endpoints=frozenset({"ep_1", "ep_2"}),
                            known_campaigns=frozenset({"HOME1"}), known_questionnaires=frozenset({"q_x"}))
     assert problems == ["campaigns[0].questionnaireId: unknown questionnaire"]
 

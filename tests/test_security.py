@@ -68,6 +68,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
                              headers=other_tenant.headers).json()["data"]["listId"]
     client.post(f"/api/v1/suppression-lists/{their_list}/entries", json={"add": ["jane2@example.com"]},
                 headers=other_tenant.headers)
+    client.post("/api/v1/endpoints/O-ep/pause", json={"reason": "theirs"}, headers=other_tenant.headers)
     before = snapshot(runtime, other_tenant.tenant_id)
     h = tenant.headers
 
@@ -93,10 +94,12 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("GET", "/api/v1/webhooks/{webhookId}/deliveries"): None,
         ("GET", "/api/v1/suppression-lists/{listId}"): None,
         ("POST", "/api/v1/suppression-lists/{listId}/entries"): {"remove": ["jane2@example.com"]},
+        ("POST", "/api/v1/endpoints/{deliveryEndpointId}/pause"): {"reason": "mine now"},
+        ("POST", "/api/v1/endpoints/{deliveryEndpointId}/resume"): {},
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
-                   webhookId="theirhook", listId=their_list)
+                   webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep")
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.
@@ -126,6 +129,8 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     assert "OC0" not in listed and "O-q1" not in listed
     assert client.get("/api/v1/webhooks", headers=h).json()["data"]["items"] == []
     assert client.get("/api/v1/suppression-lists", headers=h).json()["data"]["items"] == []
+    assert [e["deliveryEndpointId"] for e in client.get("/api/v1/endpoints", headers=h).json()["data"]["items"]] \
+        == ["A-ep"]
 
     assert snapshot(runtime, other_tenant.tenant_id) == before
     # Every route with a path parameter was tried above (a new one must be added here).

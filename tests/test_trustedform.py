@@ -135,6 +135,23 @@ def test_an_outage_holds_the_lead_at_pending_and_the_claim_is_retried(live, runt
     assert len(tf.requests_to("/0123abcd")) == 2
 
 
+def test_a_service_down_for_good_ends_the_lead_at_error_after_a_day_and_a_half(live, runtime, clock, tf):
+    tf.route("/0123abcd", Reply(status=503, body={"error": "down"}))
+    tenant = tenant_with(runtime)
+    data = submit(live, tenant, body())
+    for attempt in range(1, 24):
+        lead = wait_for(live, tenant, data["leadId"], lambda lead: len(tf.requests_to("/0123abcd")) == attempt
+                        and lead["submissions"][-1]["journeyEvents"][-1]["details"]["attempt"] == attempt)
+        if attempt < 23:
+            assert lead["status"] == "pending"
+            clock.advance(hours=2, seconds=1)  # past every retry's wait (at most 2 h)
+    lead = wait_for(live, tenant, data["leadId"], status_is("error"))
+    assert lead["submissions"][-1]["result"].endswith("TrustedForm did not answer after 23 attempts")
+    clock.advance(hours=3)
+    live.app_state.worker.wake()
+    assert len(tf.requests_to("/0123abcd")) == 23  # nothing more
+
+
 def test_a_missing_certificate_url_disqualifies_at_intake(live, runtime, tf):
     tenant = tenant_with(runtime)
     data = submit(live, tenant, body(cert=None))

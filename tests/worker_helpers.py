@@ -24,8 +24,14 @@ class Scripted(DeliveryAdapter):
 
     async def deliver(self, request, http):
         CALLS.append((request.submission_id, request.attempt))
-        script = (request.lead.get("customFields") or {}).get("script", "success").split(",")
+        # An endpoint's config.answers speaks for every lead sent to it; else the lead's script.
+        answers = request.endpoint.config.get("answers") or (request.lead.get("customFields") or {}).get("script")
+        script = (answers or "success").split(",")
         step = script[min(request.attempt - 1, len(script) - 1)]
+        if step.startswith("sleep:"):  # a buyer that takes its time, then takes the lead
+            import asyncio
+            await asyncio.sleep(float(step[6:]))
+            return DeliveryResult(outcome="success", status_code=200)
         if step == "raise":
             raise RuntimeError("adapter bug")
         if step == "mistyped":  # a struct is built without checks: a plugin can get a type wrong

@@ -426,8 +426,51 @@ class Ingestion(Model):
 
 # 2.1.6 delivery
 
+class DistributionEndpoint(Model):
+    """One buyer of a campaign that sells to several. Its own limits and schedule, when set,
+    only move a lead on to the next buyer (and queue it when no buyer has room); its
+    `conditions` are the buyer's filter, checked just before sending."""
+
+    delivery_endpoint_id: str
+    priority: int = 0  # lower first; equal priorities keep the list's order
+    weight: int | float = 1
+    active: bool = True
+    delivery_limits: list[DeliveryLimit] = []
+    delivery_schedule: DeliverySchedule | None = None
+    conditions: RuleSet | None = None
+
+    def __post_init__(self) -> None:
+        if not self.delivery_endpoint_id.strip():
+            invalid("deliveryEndpointId", "must not be empty")
+        if not self.weight > 0:
+            invalid("weight", "must be greater than 0")
+        if any(limit.action != "queue" for limit in self.delivery_limits):
+            invalid("deliveryLimits", "a buyer's own limits can only queue (the lead moves on to the next buyer)")
+        if self.delivery_schedule is not None and self.delivery_schedule.action != "queue":
+            invalid("deliverySchedule", "a buyer's own schedule can only queue (the lead moves on to the next buyer)")
+
+
+class Distribution(Model):
+    """How a lead picks among several buyers: `priority` tries the lowest priority first;
+    `round_robin` and `weighted` rotate the first choice. After a `failure` or `duplicate`
+    answer (or retries exhausted on errors) the lead goes on down the list (the waterfall)."""
+
+    method: Literal["priority", "round_robin", "weighted"] = "priority"
+    endpoints: list[DistributionEndpoint] = []
+
+    def __post_init__(self) -> None:
+        if not self.endpoints:
+            invalid("endpoints", "must name at least one delivery endpoint")
+        seen: set[str] = set()
+        for entry in self.endpoints:
+            if entry.delivery_endpoint_id in seen:
+                invalid("endpoints", f"names {entry.delivery_endpoint_id!r} twice")
+            seen.add(entry.delivery_endpoint_id)
+
+
 class Delivery(Model):
     delivery_endpoint_id: str | None = None
+    distribution: Distribution | None = None  # several buyers; when set, deliveryEndpointId is not used
     delivery_limits: list[DeliveryLimit] = []
     delivery_schedule: DeliverySchedule | None = None
     revenue_milestones: list[Milestone] = []

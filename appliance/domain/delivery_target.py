@@ -1,5 +1,7 @@
-"""Which delivery endpoint a submission goes to: its campaign's, unless a repost named another
-(`deliveryInfo.deliveryEndpointId`, kept in the repost's journey event)."""
+"""Which delivery endpoint a submission goes to, or went to: the endpoint its latest delivery
+attempt named (each attempt's journey event carries `deliveryEndpointId`), else the one a repost
+named (`deliveryInfo.deliveryEndpointId`, kept in the repost's journey event), else its
+campaign's."""
 
 from __future__ import annotations
 
@@ -17,5 +19,8 @@ def endpoint_override(submission: Submission) -> str | None:
     return None
 
 
-def delivery_endpoint_id(submission: Submission, campaign: Campaign) -> str | None:
-    return endpoint_override(submission) or campaign.delivery.delivery_endpoint_id
+def delivery_endpoint_id(submission: Submission, campaign: Campaign | None) -> str | None:
+    for item in reversed(submission.journey_events):
+        if item.details and item.details.get("deliveryEndpointId"):
+            return item.details["deliveryEndpointId"]  # an attempt's, or a repost's
+    return campaign.delivery.delivery_endpoint_id if campaign is not None else None

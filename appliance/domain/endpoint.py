@@ -104,6 +104,20 @@ class RetryPolicy(Model):
             invalid("backoffSeconds", "delays must be at least 0")
 
 
+class HealthPolicy(Model):
+    """When the appliance pauses a buyer by itself: after this many `error` answers in a row
+    (timeouts, 5xx, refused connections), or `failure` answers in a row; 0 never pauses."""
+
+    pause_after_consecutive_errors: int = 20
+    pause_after_consecutive_failures: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.pause_after_consecutive_errors <= 1_000_000:
+            invalid("pauseAfterConsecutiveErrors", "must be between 0 (never) and 1000000")
+        if not 0 <= self.pause_after_consecutive_failures <= 1_000_000:
+            invalid("pauseAfterConsecutiveFailures", "must be between 0 (never) and 1000000")
+
+
 class DeliveryEndpoint(Model):
     delivery_endpoint_id: str
     adapter: str = "http"  # built-in http, or a plugin adapter's name
@@ -122,6 +136,7 @@ class DeliveryEndpoint(Model):
     secret_headers: list[str] = []
     # Days after a delivery during which the buyer may return the lead (POST .../return); 0: none.
     return_window_days: int = 30
+    health_policy: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():

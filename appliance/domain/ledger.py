@@ -49,11 +49,13 @@ def source_of(campaigns: Mapping[str, Campaign], campaign_id: str | None,
 
 def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: IngestionSource | None,
               source_id: str | None, facts: Mapping[str, Any], value_sets: Mapping, now: datetime,
-              price: float | None = None) -> list[LedgerLine]:
-    """The entries a lead earns on reaching `statuses` (a status, plus `lead_ingested` at intake)."""
+              price: float | None = None, endpoint_id: str | None = None) -> list[LedgerLine]:
+    """The entries a lead earns on reaching `statuses` (a status, plus `lead_ingested` at intake);
+    `endpoint_id`: the endpoint the lead went to, else the campaign's."""
     campaign_id = campaign.campaign_id if campaign is not None else None
     client_id = campaign.client.client_id if campaign is not None and campaign.client else None
-    endpoint_id = campaign.delivery.delivery_endpoint_id if campaign is not None else None
+    if endpoint_id is None and campaign is not None:
+        endpoint_id = campaign.delivery.delivery_endpoint_id
     today = now.date()
 
     def due(milestones: list[Milestone]) -> list[tuple[int, Milestone]]:

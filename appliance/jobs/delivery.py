@@ -23,16 +23,20 @@ from appliance.adapters.outbound import Scrubber, adapter_crash
 from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import iso
 from appliance.domain.approval import held_by_approval, holds_delivery
-from appliance.domain.campaign import Campaign
+from appliance.domain.campaign import Campaign, Distribution
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked, limit_checks, schedule_blocked
-from appliance.domain.delivery_target import delivery_endpoint_id
-from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS, DeliveryEndpoint, fill_credentials, sealed_fields
+from appliance.domain.delivery_target import endpoint_override
+from appliance.domain.distribution import endpoint_gate, full, rotate, rotates, untried
+from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS, DeliveryEndpoint, HealthPolicy, fill_credentials, sealed_fields
+from appliance.domain.endpoint_health import after_answer
 from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
 from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
 from appliance.domain.suppression import lead_hashes
+from appliance.domain.webhooks import RETRY_SCHEDULE
 from appliance.runtime import Runtime
+from appliance.services.endpoints import hour_of, item_of, record_endpoint_event
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.intake import run_intake_action
@@ -44,6 +48,7 @@ log = logging.getLogger("appliance.delivery")
 
 DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
+STOPPED = object()  # `_target`: the attempt goes nowhere this time (parked, queued or ended)
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,14 @@ class Attempt:
     settings: TenantSettings
     now: datetime
     events: tuple = ()  # journey events of earlier steps, written with the next settle
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recording an answer did, for the log after the commit."""
+    paused_reason: str | None  # this answer paused the endpoint
+    waiting: bool = False  # the lead waits for its paused endpoint
+    next_endpoint: bool = False  # the lead goes on to the distribution's next endpoint
 
 
 @dataclass(frozen=True)
@@ -169,8 +182,7 @@ class DeliveryWorker:
         settings = self.settings.get(job.tenant_id, tx.tenants.config_rev(job.tenant_id))
         return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
 
-    def _endpoint(self, attempt: Attempt, campaign: Campaign) -> OpenedEndpoint | None:
-        endpoint_id = delivery_endpoint_id(attempt.submission, campaign)
+    def _endpoint(self, attempt: Attempt, endpoint_id: str | None) -> OpenedEndpoint | None:
         if not endpoint_id:
             return None
         # Endpoints and their opened secrets change only with the tenant's config revision.
@@ -236,8 +248,11 @@ class DeliveryWorker:
         if reserved is None:
             return  # queued until a window opens or a limit resets
         attempt = reserved.attempt
+        target = await self._target(attempt, reserved.campaign)
+        if not isinstance(target, str | None):  # STOPPED: the job waits for a paused endpoint or an
+            return  # endpoint's room, or the waterfall ended
         crash: JourneyError | None = None
-        opened = self._endpoint(attempt, reserved.campaign)
+        opened = self._endpoint(attempt, target)
         endpoint = opened.endpoint if opened is not None else None
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
         if opened is None or endpoint is None:
@@ -263,7 +278,99 @@ class DeliveryWorker:
                 log.error("delivery adapter %r raised %s\n%s", endpoint.adapter, crash.message, crash.stack)
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {crash.message}")
             result = scrubbed(result, opened.scrubber)
-        await self._record(attempt, reserved, result, endpoint, crash)
+        await self._record(attempt, reserved, result, endpoint, crash, target)
+
+    # ---- which endpoint -----------------------------------------------------------------------
+
+    async def _target(self, attempt: Attempt, campaign: Campaign) -> str | None | object:
+        """The endpoint this attempt goes to (None: the campaign names none); STOPPED when the job
+        was parked, queued or ended instead (written here). A repost that named an endpoint, or
+        a campaign with one, goes there; a campaign with a distribution chooses in a write unit
+        (see `_choose`)."""
+        job, store = attempt.job, self.runtime.store
+        distribution = campaign.delivery.distribution
+        named = endpoint_override(attempt.submission)
+        if distribution is not None and named is None:
+            chosen = await store.write(lambda tx: self._choose(tx, attempt, campaign, distribution))
+            return STOPPED if chosen is None else chosen
+        target = named or campaign.delivery.delivery_endpoint_id
+        if target and store.reader().endpoints.is_paused(job.tenant_id, target):
+            parked = await store.write(lambda tx: self._park(tx, attempt, target, attempted=False))
+            if parked:
+                return STOPPED
+        return target
+
+    def _park(self, tx: Session, attempt: Attempt, endpoint_id: str, *, attempted: bool,
+              step: tuple[str, str] | None = None, outcome: tuple | None = None) -> bool:
+        """The job waits for its paused endpoint (read again here, in the write transaction: a
+        resume committed since is seen) and the lead shows `queued`. `step`: the answer that
+        came just before, as (event kind, reason)."""
+        job = attempt.job
+        if not tx.endpoints.is_paused(job.tenant_id, endpoint_id):
+            return False
+        if not tx.jobs.park(job.tenant_id, job.job_id, endpoint_id, iso(self.runtime.clock.now()),
+                            f"delivery endpoint {endpoint_id} is paused", attempted=attempted):
+            return True  # cancelled meanwhile: nothing to record
+        kind, said = step or ("endpoint_paused", "")
+        reason = f"{said + '; ' if said else ''}delivery endpoint {endpoint_id} is paused; the lead waits for it"
+        self._settle(tx, attempt, outcome, "queued", reason, job_state=None, event_kind=kind,
+                     details={"deliveryEndpointId": endpoint_id})
+        return True
+
+    def _choose(self, tx: Session, attempt: Attempt, campaign: Campaign, distribution: Distribution) -> str | None:
+        """In the write transaction: the distribution's endpoint for this attempt, its own limit
+        slots taken and the choice kept on the job. A job that chose before (an error being
+        retried) stays with its endpoint; else the first endpoint not tried yet that is not
+        paused and has room, the rotation choosing among them for a lead's first try. None:
+        every endpoint left is paused (parked), full or closed (queued), or none is left."""
+        job, now = attempt.job, attempt.now
+        tenant_id = job.tenant_id
+        if job.endpoint_id is not None:
+            entries = [e for e in distribution.endpoints if e.delivery_endpoint_id == job.endpoint_id]
+            if not entries:  # no longer in the distribution: it goes where it was going
+                return job.endpoint_id if not self._park(tx, attempt, job.endpoint_id, attempted=False) else None
+        else:
+            entries = untried(distribution, job.tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+                              today=now.date())
+            if not entries:
+                tx.jobs.release_reservations(tenant_id, job.job_id)
+                tried = ", ".join(job.tried) or "none"
+                self._settle(tx, attempt, None, "failed", f"no delivery endpoint of the distribution is left to try"
+                             f" (tried: {tried})", job_state="done", event_kind="distribution_exhausted")
+                return None
+        open_entries, blocks, paused_ids = [], [], []
+        for entry in entries:
+            if tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
+                paused_ids.append(entry.delivery_endpoint_id)
+                continue
+            gate = endpoint_gate(campaign, entry, now)
+            blocked = full(gate, lambda scope, period: tx.caps.counter_value(tenant_id, scope, period))
+            if blocked is not None:
+                blocks.append(blocked)
+            else:
+                open_entries.append((entry, gate))
+        if not open_entries:
+            if blocks:
+                first = min(blocks, key=lambda b: b.release_at)
+                tx.jobs.release_reservations(tenant_id, job.job_id)
+                tx.jobs.reschedule(job.job_id, iso(first.release_at), iso(now), error=first.reason, keep_attempts=True)
+                self._settle(tx, attempt, None, "queued", f"{first.reason}; released at {iso(first.release_at)}",
+                             job_state=None, event_kind="queued")
+            else:
+                self._park(tx, attempt, paused_ids[0], attempted=False)
+            return None
+        chosen, gate = open_entries[0]
+        if job.endpoint_id is None and not job.tried and rotates(distribution):
+            ids = [entry.delivery_endpoint_id for entry, _ in open_entries]
+            chosen_id, weights = rotate(distribution, ids, tx.endpoints.rotation(tenant_id, campaign.campaign_id))
+            tx.endpoints.save_rotation(tenant_id, campaign.campaign_id, weights)
+            chosen, gate = open_entries[ids.index(chosen_id)]
+        for check in gate.limits:
+            tx.caps.add_to_counter(tenant_id, check.scope, check.period_start)
+        if gate.limits:
+            tx.jobs.hold_reservations(job.job_id, [(c.scope, c.period_start) for c in gate.limits])
+        tx.jobs.choose_endpoint(job.job_id, chosen.delivery_endpoint_id)
+        return chosen.delivery_endpoint_id
 
     def _wait_for_decision(self, tx: Session, job: Job) -> None:
         """A job whose lead an open or refused approval holds (a retry scheduled before the decision)
@@ -357,13 +464,23 @@ class DeliveryWorker:
                        submission=msgspec.structs.replace(attempt.submission, campaign=snapshot(target)))
 
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
-                      endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None) -> None:
-        await self.runtime.store.write(lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash))
+                      endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None,
+                      target: str | None = None) -> None:
+        recorded = await self.runtime.store.write(
+            lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash, target))
         # Counted and logged once it is committed (a write unit may run more than once).
-        job, where_to = attempt.job, endpoint.delivery_endpoint_id if endpoint is not None else "-"
+        job, where_to = attempt.job, target or "-"
         self.runtime.metrics.deliveries[(result.outcome, where_to)] += 1
+        if recorded.paused_reason is not None:
+            log.warning("delivery endpoint %s paused: %s", where_to, recorded.paused_reason)
         if result.outcome == "success":
             log.debug("delivered to %s (attempt %d)", where_to, job.attempts)
+        elif recorded.next_endpoint:
+            log.warning("delivery to %s ended in %s, the lead goes on to the next endpoint: %s", where_to,
+                        result.outcome, result.reason)
+        elif result.outcome == "error" and recorded.waiting:
+            log.warning("delivery to %s failed with an error; the lead waits for the endpoint to resume: %s",
+                        where_to, result.reason)
         elif result.outcome == "error" and retries_left(endpoint, job.attempts):
             log.warning("delivery to %s failed with an error, to be retried (attempt %d): %s", where_to,
                         job.attempts, result.reason)
@@ -373,7 +490,7 @@ class DeliveryWorker:
             log.warning("delivery to %s refused by the buyer (%s): %s", where_to, result.outcome, result.reason)
 
     def _record_unit(self, tx: Session, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
-                     endpoint: DeliveryEndpoint | None, crash: JourneyError | None) -> None:
+                     endpoint: DeliveryEndpoint | None, crash: JourneyError | None, target: str | None) -> Recorded:
         job, now_dt = attempt.job, self.runtime.clock.now()
         now = iso(now_dt)
         posting = PostingOutcome(success=result.outcome == "success", client_lead_id=result.client_lead_id,
@@ -382,30 +499,79 @@ class DeliveryWorker:
                                    status_code=result.status_code, response_message=result.message or result.reason,
                                    url=result.url, method=result.method, body_format=result.body_format,
                                    delivered_at=now if result.outcome == "success" else None)
-        details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code}
+        details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code,
+                   "deliveryEndpointId": target}
+        outcome = (posting, delivery, result)
+        paused_reason = self._answered(tx, attempt, target, endpoint, result, now_dt) if target else None
         if result.outcome == "success":
-            self._settle(tx, attempt, (posting, delivery, result), "delivered", result.message or "delivered",
-                         job_state="done", event_kind="delivered", details=details)
-            return
+            self._settle(tx, attempt, outcome, "delivered", result.message or "delivered",
+                         job_state="done", event_kind="delivered", details=details, endpoint_id=target)
+            return Recorded(paused_reason)
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
+        if result.outcome == "error" and target and tx.endpoints.is_paused(job.tenant_id, target):
+            step = ("delivery_error", result.reason or "error")
+            if self._park(tx, attempt, target, attempted=True, step=step, outcome=outcome):
+                return Recorded(paused_reason, waiting=True)
         if result.outcome == "error" and retries_left(endpoint, job.attempts):
             due = iso(now_dt + timedelta(seconds=float(retry_delay(endpoint, job.attempts))))
             tx.jobs.reschedule(job.job_id, due, now, error=result.reason)
-            self._settle(tx, attempt, (posting, delivery, result), None,
+            self._settle(tx, attempt, outcome, None,
                          f"{result.reason or 'error'}; retry {job.attempts + 1} at {due}", job_state=None,
                          event_kind="delivery_error", details=details, error=crash)
-            return
+            return Recorded(paused_reason)
         reason = result.reason or result.outcome
         if result.outcome == "error":
             reason = f"{reason}; retries exhausted after {job.attempts} attempts"
-        self._settle(tx, attempt, (posting, delivery, result), "failed", reason,
+        if target and self._next_endpoint(tx, attempt, target):
+            self._settle(tx, attempt, outcome, None, f"{reason}; the lead goes on to the next endpoint",
+                         job_state="done", event_kind=f"delivery_{result.outcome}", details=details, error=crash)
+            return Recorded(paused_reason, next_endpoint=True)
+        self._settle(tx, attempt, outcome, "failed", reason,
                      job_state="dead" if result.outcome == "error" else "done",
                      event_kind=f"delivery_{result.outcome}", details=details, error=crash)
+        return Recorded(paused_reason)
+
+    def _answered(self, tx: Session, attempt: Attempt, target: str, endpoint: DeliveryEndpoint | None,
+                  result: DeliveryResult, now_dt: datetime) -> str | None:
+        """The endpoint's health after this answer; the reason when the answer paused it."""
+        tenant_id, now = attempt.job.tenant_id, iso(now_dt)
+        tx.endpoints.count_answer(tenant_id, target, hour_of(now_dt), result.outcome)
+        policy = endpoint.health_policy if endpoint is not None else HealthPolicy()
+        health, paused_now = after_answer(tx.endpoints.health(tenant_id, target), result.outcome, result.reason,
+                                          policy, now)
+        tx.endpoints.save_health(tenant_id, target, health)
+        if not paused_now:
+            return None
+        if endpoint is not None:
+            record_endpoint_event(tx, attempt.settings, tenant_id, "endpoint.paused",
+                                  item_of(tx, tenant_id, endpoint, now_dt), now)
+        return health.paused_reason
+
+    def _next_endpoint(self, tx: Session, attempt: Attempt, target: str) -> bool:
+        """After a refusal (or retries exhausted): when the campaign's distribution has an endpoint
+        left for this lead, a new job takes the lead there (the waterfall) and True."""
+        campaign = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
+        distribution = campaign.delivery.distribution if campaign is not None else None
+        if distribution is None or endpoint_override(attempt.submission) is not None:
+            return False
+        job = attempt.job
+        if tx.jobs.job_state(job.job_id) == "cancelled":
+            return False  # an operator changed the lead meanwhile: nothing goes on
+        tried = (*job.tried, target)
+        if not untried(distribution, tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+                       today=attempt.now.date()):
+            return False
+        now = iso(self.runtime.clock.now())
+        tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+                           submission_id=job.submission_id, due_at=now, now=now, tried=tried)
+        return True
 
     def _settle(self, tx: Session, attempt: Attempt, outcome: tuple | None, status: str | None,
                 reason: str, *, job_state: str | None, event_kind: str | None = None,
-                details: dict | None = None, error: JourneyError | None = None) -> None:
-        """Write the submission (and the lead, when this is its latest submission) after a step."""
+                details: dict | None = None, error: JourneyError | None = None,
+                endpoint_id: str | None = None) -> None:
+        """Write the submission (and the lead, when this is its latest submission) after a step;
+        `endpoint_id`: the endpoint a delivery went to (its revenue is booked to it)."""
         tenant_id, now_dt = attempt.job.tenant_id, self.runtime.clock.now()
         now = iso(now_dt)
         if tx.jobs.job_state(attempt.job.job_id) == "cancelled":
@@ -434,7 +600,8 @@ class DeliveryWorker:
             return
         price = outcome[2].price if outcome is not None and status == "delivered" else None
         earn(tx, attempt.settings, tenant_id, attempt.lead, submission.submission_id, (status,), now_dt,
-             campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price)
+             campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price,
+             endpoint_id=endpoint_id)
         lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
         if lead is None or lead.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status
@@ -534,10 +701,16 @@ class DeliveryWorker:
             lead, compliance={**lead.compliance, "trustedForm": claimed}))
 
     def _claim_later(self, tx: Session, attempt: Attempt, claim: trustedform.Claim) -> None:
-        """TrustedForm could not answer: the lead waits at `pending`, the claim is tried again."""
+        """TrustedForm could not answer: the lead waits at `pending`, the claim is tried again on
+        the webhooks' schedule (about a day and a half), then the lead ends at `error`."""
         now_dt = self.runtime.clock.now()
         attempts = attempt.job.attempts
-        due = iso(now_dt + timedelta(seconds=float(DEFAULT_BACKOFF[min(attempts - 1, len(DEFAULT_BACKOFF) - 1)])))
+        if attempts > len(RETRY_SCHEDULE):
+            self._settle(tx, attempt, None, "error", f"{claim.reason}; TrustedForm did not answer after {attempts}"
+                         " attempts", job_state="dead", event_kind="trustedform_error",
+                         details={"attempt": attempts, "statusCode": claim.status_code})
+            return
+        due = iso(now_dt + timedelta(seconds=float(RETRY_SCHEDULE[attempts - 1])))
         tx.jobs.reschedule(attempt.job.job_id, due, iso(now_dt), error=claim.reason)
         self._settle(tx, attempt, None, None, f"{claim.reason}; claim retry {attempts + 1} at {due}",
                      job_state=None, event_kind="trustedform_error",

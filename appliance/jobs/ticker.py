@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from appliance.clock import Clock, iso
 from appliance.runtime import Runtime
+from appliance.services.endpoints import hour_of
 
 log = logging.getLogger("appliance.ticker")
 
@@ -32,12 +33,15 @@ async def flush_activity(runtime: Runtime) -> int:
 
 
 async def purge_old_activity(runtime: Runtime) -> int:
-    """The activity log and the webhook attempts log keep `[storage] activity_log_days` days."""
+    """The activity log, the webhook attempts log and the endpoints' answers per hour keep
+    `[storage] activity_log_days` days."""
     days = runtime.config.storage.activity_log_days
     if days <= 0:
         return 0
-    before = iso(runtime.clock.now() - timedelta(days=days))
-    return await runtime.store.write(lambda tx: tx.activity.purge(before) + tx.webhooks.purge_attempts(before))
+    cutoff = runtime.clock.now() - timedelta(days=days)
+    before, hour = iso(cutoff), hour_of(cutoff)
+    return await runtime.store.write(lambda tx: tx.activity.purge(before) + tx.webhooks.purge_attempts(before)
+                                     + tx.endpoints.purge_answers(hour))
 
 
 async def settle_interrupted_sms(runtime: Runtime) -> int:

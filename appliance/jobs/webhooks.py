@@ -154,7 +154,9 @@ class WebhookSender:
 
     def _data(self, event: OutboxEvent) -> bytes | None:
         """The events' `data`: the lead as it is now, with the status and submission they are
-        about; None when the lead is gone."""
+        about; None when the lead is gone. An endpoint event carries its own."""
+        if event.payload is not None:
+            return event.payload
         tx = self.runtime.store.reader()
         with tx:
             lead = tx.leads.get_lead(event.tenant_id, event.lead_id) if event.lead_id else None

@@ -267,6 +267,8 @@ def _campaign_conditions(path: str, c: Campaign) -> Iterator[tuple[str, Conditio
         yield from _rule_set_conditions(
             f"{path}.delivery.revenueMilestones[{m}].conditions", milestone.conditions
         )
+    for e, entry in enumerate(c.delivery.distribution.endpoints if c.delivery.distribution else []):
+        yield from _rule_set_conditions(f"{path}.delivery.distribution.endpoints[{e}].conditions", entry.conditions)
 
 
 def _campaign_references(path: str, c: Campaign) -> Iterator[tuple[str, str]]:
@@ -319,6 +321,11 @@ def _cross_check(
         endpoint_id = c.delivery.delivery_endpoint_id
         if endpoint_id is not None and endpoint_id not in endpoints:
             problems.append(f"{path}.delivery.deliveryEndpointId: unknown delivery endpoint")
+        distribution = c.delivery.distribution
+        for e, entry in enumerate(distribution.endpoints if distribution is not None else []):
+            if entry.delivery_endpoint_id not in endpoints:
+                problems.append(f"{path}.delivery.distribution.endpoints[{e}].deliveryEndpointId:"
+                                " unknown delivery endpoint")
         problems += [
             f"{where}: unknown campaign"
             for where, code in _campaign_references(path, c)

@@ -6,8 +6,9 @@ Labels: a campaign's name, its client's clientName, an ingestion source's name, 
 id (endpoints have no name), the date itself by day; a key the catalog does not know (a deleted
 campaign) is its own label, and the leads and entries without one (no source: submitted with a
 tenant key; no endpoint) are one row with key null and label "(none)". Lead counts by endpoint
-are those of the campaigns whose delivery names the endpoint (the campaign's configuration now);
-money by endpoint is the entries' own deliveryEndpointId."""
+are those of the campaigns whose delivery names the endpoint (the campaign's configuration now:
+a campaign with a distribution counts under its `deliveryEndpointId`, else under none); money by
+endpoint is the entries' own deliveryEndpointId (with a distribution, the buyer each lead went to)."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ the lead is `delivered`, inside the return window of the endpoint that delivered
 key that returned it), one `return` entry per currency reversing the revenue that delivery
 earned, and the milestones whose `leadStatus` is `returned`. A refusal writes nothing.
 
-The endpoint is the one the delivery went to: a repost's `deliveryInfo.deliveryEndpointId`, else the
-delivery endpoint of the submission's campaign; when it (or the campaign) no longer exists, the
+The endpoint is the one the delivery went to (its journey event names it), else the delivery
+endpoint of the submission's campaign; when it (or the campaign) no longer exists, the
 default window of 30 days applies. A returned lead may be reposted (resold); its new submission
 can be delivered and returned again, and the reversal of each delivery is kept once."""
 
@@ -21,7 +21,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
-from appliance.domain.delivery_target import delivery_endpoint_id, endpoint_override
+from appliance.domain.delivery_target import delivery_endpoint_id
 from appliance.domain.lead import Submission
 from appliance.domain.pipeline import event
 from appliance.domain.returns import DEFAULT_RETURN_WINDOW_DAYS, RETURNED, return_refusal, reversal_lines
@@ -70,9 +70,7 @@ async def return_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str
         submission = tx.leads.latest_submission(tenant_id, lead_id)
         endpoint_id = None
         if submission is not None:
-            campaign = settings.campaigns.get(submission.campaign.campaign_id or "")
-            endpoint_id = delivery_endpoint_id(submission, campaign) if campaign is not None \
-                else endpoint_override(submission)
+            endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
         endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
         window = endpoint.return_window_days if endpoint is not None else DEFAULT_RETURN_WINDOW_DAYS
         refusal = return_refusal(lead.status, _delivered_at(submission), window, now_dt)

@@ -18,6 +18,8 @@ class Job(NamedTuple):
     lead_id: str
     submission_id: str
     attempts: int  # including the one just claimed
+    endpoint_id: str | None = None  # the endpoint this delivery goes to, once chosen
+    tried: tuple[str, ...] = ()  # endpoints this round of the waterfall already tried
 
 
 class Jobs:
@@ -29,11 +31,12 @@ class Jobs:
         self._conn = conn
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
-                   due_at: str, now: str, state: str = "ready") -> int:
+                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = ()) -> int:
         self._conn.execute(
-            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (tenant_id, kind, lead_id, submission_id, state, due_at, now, now),
+            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
+             msgspec.json.encode(tried) if tried else None),
         )
         return self._conn.last_insert_rowid()
 
@@ -42,7 +45,7 @@ class Jobs:
         the worker then records nothing over the lead and never retries a cancelled job."""
         self._conn.execute(
             "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ?"
-            " AND state IN ('ready', 'held', 'running')",
+            " AND state IN ('ready', 'held', 'paused', 'running')",
             (now, submission_id),
         )
         return self._conn.changes()
@@ -50,7 +53,8 @@ class Jobs:
     def cancel_waiting_jobs(self, submission_id: str, now: str) -> int:
         """Cancel the submission's jobs that have not started; a running one goes on."""
         self._conn.execute(
-            "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ? AND state IN ('ready', 'held')",
+            "UPDATE jobs SET state = 'cancelled', updated_at = ? WHERE submission_id = ?"
+            " AND state IN ('ready', 'held', 'paused')",
             (now, submission_id),
         )
         return self._conn.changes()
@@ -58,7 +62,8 @@ class Jobs:
     def has_open_job(self, submission_id: str, kind: str) -> bool:
         """Whether a job of `kind` for the submission waits or runs."""
         return self._conn.execute(
-            "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state IN ('ready', 'held', 'running') LIMIT 1",
+            "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state IN ('ready', 'held', 'paused', 'running')"
+            " LIMIT 1",
             (submission_id, kind),
         ).fetchone() is not None
 
@@ -68,13 +73,41 @@ class Jobs:
         ).fetchall()
 
     def claim_due(self, now: str, limit: int) -> list[Job]:
-        return [Job(*row) for row in self._conn.execute(
+        return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1"
             " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
             "                  ORDER BY due_at, job_id LIMIT ?2)"
-            " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts",
+            " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts, endpoint_id, tried",
             (now, limit),
         )]
+
+    def choose_endpoint(self, job_id: int, endpoint_id: str) -> None:
+        """The endpoint this delivery goes to: kept, so an attempt run again goes to the same buyer."""
+        self._conn.execute("UPDATE jobs SET endpoint_id = ? WHERE job_id = ?", (endpoint_id, job_id))
+
+    def park(self, tenant_id: str, job_id: int, endpoint_id: str, now: str, reason: str, *, attempted: bool) -> bool:
+        """A running job waits for its paused endpoint, its limit slots given back; `release_paused`
+        wakes it. `attempted`: the endpoint was tried this time (the attempt counts)."""
+        if self.job_state(job_id) != "running":
+            return False  # cancelled meanwhile: stays cancelled
+        self.release_reservations(tenant_id, job_id)
+        self._conn.execute(
+            "UPDATE jobs SET state = 'paused', endpoint_id = ?, updated_at = ?, last_error = ?,"
+            " attempts = attempts - ? WHERE job_id = ?", (endpoint_id, now, reason, 0 if attempted else 1, job_id))
+        return True
+
+    def release_paused(self, tenant_id: str, endpoint_id: str, now: str) -> int:
+        """The jobs waiting for the endpoint, due at once."""
+        self._conn.execute(
+            "UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE tenant_id = ?2 AND endpoint_id = ?3"
+            " AND state = 'paused'", (now, tenant_id, endpoint_id))
+        return self._conn.changes()
+
+    def paused_counts(self, tenant_id: str) -> dict[str, int]:
+        """Jobs waiting per paused endpoint."""
+        return dict(self._conn.execute(
+            "SELECT endpoint_id, count(*) FROM jobs WHERE tenant_id = ? AND state = 'paused' GROUP BY endpoint_id",
+            (tenant_id,)).fetchall())
 
     def requeue_interrupted(self, now: str) -> int:
         for job_id, tenant_id in self._conn.execute(
@@ -100,7 +133,11 @@ class Jobs:
         return self._conn.changes() > 0
 
     def hold_reservations(self, job_id: int, scopes: list[tuple[str, str]]) -> None:
-        self._conn.execute("UPDATE jobs SET reservations = ? WHERE job_id = ?", (msgspec.json.encode(scopes), job_id))
+        """Note the slots an attempt took (the campaign's, then its endpoint's), to give back."""
+        found = self._conn.execute("SELECT reservations FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        held = msgspec.json.decode(found[0]) if found and found[0] else []
+        self._conn.execute("UPDATE jobs SET reservations = ? WHERE job_id = ?",
+                           (msgspec.json.encode([*held, *scopes]), job_id))
 
     def release_reservations(self, tenant_id: str, job_id: int) -> None:
         """Give back the delivery-limit slots an attempt took but did not use."""
@@ -125,7 +162,7 @@ class Jobs:
         return found[0] if found else None
 
     def open_jobs_by_kind_and_state(self) -> list[tuple[str, str, int]]:
-        return self._conn.execute("SELECT kind, state, count(*) FROM jobs WHERE state IN ('ready', 'held', 'running')"
+        return self._conn.execute("SELECT kind, state, count(*) FROM jobs WHERE state IN ('ready', 'held', 'paused', 'running')"
                                   " GROUP BY kind, state ORDER BY kind, state").fetchall()
 
     def lead_has_running_job(self, tenant_id: str, lead_id: str) -> bool:

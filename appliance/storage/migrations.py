@@ -480,3 +480,51 @@ def m010_suppression_lists(conn: apsw.Connection) -> None:
         ) WITHOUT ROWID;
         """
     )
+
+
+@migration
+def m011_buyers(conn: apsw.Connection) -> None:
+    # Several buyers per campaign and their health. A delivery job names the endpoint it goes to
+    # once one is chosen (a crash between the choice and the send re-sends to the same buyer),
+    # and the endpoints this round of the waterfall already tried (JSON list). A job waiting for
+    # a paused endpoint is `paused` until the endpoint resumes.
+    # endpoint_health: one row per endpoint that has answered or been paused; endpoint_outcomes:
+    # answers per hour, for the last-24-hours counts. distribution_rotation: the smooth weighted
+    # round-robin's running weights per campaign (JSON {endpointId: weight}), so the rotation
+    # goes on exactly where it was after a restart. An endpoint event carries its data in
+    # `payload` (a lead event reads the lead when it is sent).
+    conn.execute(
+        """
+        ALTER TABLE jobs ADD COLUMN endpoint_id TEXT;
+        ALTER TABLE jobs ADD COLUMN tried TEXT;
+        CREATE INDEX jobs_paused ON jobs(tenant_id, endpoint_id) WHERE state = 'paused';
+        CREATE TABLE endpoint_health (
+            tenant_id TEXT NOT NULL,
+            endpoint_id TEXT NOT NULL,
+            state TEXT NOT NULL DEFAULT 'active',
+            paused_reason TEXT,
+            paused_at TEXT,
+            consecutive_errors INTEGER NOT NULL DEFAULT 0,
+            consecutive_failures INTEGER NOT NULL DEFAULT 0,
+            last_success_at TEXT,
+            last_error_at TEXT,
+            PRIMARY KEY (tenant_id, endpoint_id)
+        ) WITHOUT ROWID;
+        CREATE TABLE endpoint_outcomes (
+            tenant_id TEXT NOT NULL,
+            endpoint_id TEXT NOT NULL,
+            hour TEXT NOT NULL,
+            delivered INTEGER NOT NULL DEFAULT 0,
+            failed INTEGER NOT NULL DEFAULT 0,
+            error INTEGER NOT NULL DEFAULT 0,
+            PRIMARY KEY (tenant_id, endpoint_id, hour)
+        ) WITHOUT ROWID;
+        CREATE TABLE distribution_rotation (
+            tenant_id TEXT NOT NULL,
+            campaign_id TEXT NOT NULL,
+            weights BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, campaign_id)
+        ) WITHOUT ROWID;
+        ALTER TABLE webhook_outbox ADD COLUMN payload BLOB;
+        """
+    )

@@ -28,6 +28,7 @@ class OutboxEvent:
     created_at: str
     attempts: int
     next_attempt_at: str | None  # None: never tried, due at once
+    payload: bytes | None = None  # an endpoint event's data, as it was (a lead event has none)
 
     @property
     def type(self) -> str:
@@ -52,7 +53,7 @@ class NewEvents:
 
 
 _COLUMNS = ("seq, tenant_id, webhook_id, lane, event_id, types, sent, lead_id, submission_id, status, created_at,"
-            " attempts, next_attempt_at")
+            " attempts, next_attempt_at, payload")
 
 
 _EVENTS_LEFT = "length(types) - length(replace(types, ',', '')) + 1 - sent"  # of a row
@@ -76,6 +77,15 @@ class Webhooks:
                 "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, lead_id, submission_id, status,"
                 " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), lead_id, submission_id, status, now))
+
+    def enqueue_payload(self, tenant_id: str, queued: list[NewEvents], payload: bytes, now: str) -> None:
+        """Events about something other than a lead (an endpoint paused): their data is kept as it
+        was when they happened."""
+        for q in queued:
+            self._conn.execute(
+                "INSERT INTO webhook_outbox(tenant_id, webhook_id, lane, event_id, types, payload, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (tenant_id, q.webhook_id, q.lane, new_id("evt"), ",".join(q.types), payload, now))
 
     def lane_heads(self, limit: int = 10_000) -> list[OutboxEvent]:
         """The oldest row of every lane that has one: the index is walked from lane to lane, one

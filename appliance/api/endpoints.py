@@ -1,0 +1,60 @@
+"""Buyers' health: GET /api/v1/endpoints, POST /api/v1/endpoints/{id}/pause and /resume
+(appliance/services/endpoints.py)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Request, Response, get, post
+from litestar.params import PathParameter, QueryParameter
+
+from appliance.api.auth import principal
+from appliance.api.io import ok, query_int, query_str, read_json
+from appliance.services import endpoints
+from appliance.services.endpoints import EndpointItem, EndpointPage, PauseBody
+
+DEFAULT_LIMIT, MAX_LIMIT = 25, 100
+Query = Annotated[str | None, QueryParameter()]
+EndpointId = Annotated[str, PathParameter(name="deliveryEndpointId")]
+
+
+@get("/api/v1/endpoints", operation_id="listEndpoints", opt={"data": EndpointPage, "errors": ["VALIDATION_ERROR"]})
+async def list_endpoints(request: Request, cursor: Query = None, limit: Query = None) -> Response:
+    """Delivery endpoints with their health, in id order; `cursor` is the previous page's last id."""
+    tenant_id = principal(request.scope).tenant_id
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    return ok(endpoints.page(request.app.state.runtime, tenant_id, query_str(request, "cursor"), per_page))
+
+
+async def _body(request: Request) -> PauseBody:
+    """The body is optional: none, or `{}`, or `{"reason": ...}`."""
+    return await read_json(request, PauseBody) if await request.body() else PauseBody()
+
+
+@post("/api/v1/endpoints/{deliveryEndpointId:str}/pause", operation_id="pauseEndpoint", status_code=200,
+      opt={"body": PauseBody, "body_optional": True, "data": EndpointItem,
+           "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
+async def pause_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
+    """Its deliveries wait (not failed) until it is resumed; pausing a paused endpoint changes nothing."""
+    who = principal(request.scope)
+    body = await _body(request)
+    state = request.app.state
+    return ok(await endpoints.pause(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                    endpoint_id, body))
+
+
+@post("/api/v1/endpoints/{deliveryEndpointId:str}/resume", operation_id="resumeEndpoint", status_code=200,
+      opt={"body": PauseBody, "body_optional": True, "data": EndpointItem,
+           "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
+async def resume_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
+    """The deliveries that waited for it are due at once."""
+    who = principal(request.scope)
+    body = await _body(request)
+    state = request.app.state
+    item = await endpoints.resume(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                  endpoint_id, body)
+    state.worker.wake()
+    return ok(item)
+
+
+ROUTES = [list_endpoints, pause_endpoint, resume_endpoint]

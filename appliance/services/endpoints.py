@@ -1,0 +1,179 @@
+"""Buyers: each delivery endpoint's health as the API and the CLI show it, and pausing and
+resuming one by hand. The delivery worker pauses an endpoint by itself when its `healthPolicy`
+says so (appliance/domain/endpoint_health); every pause and resume emits `endpoint.paused` /
+`endpoint.resumed` to the tenant's webhooks, in the transaction that made it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from typing import Annotated
+from urllib.parse import urlsplit
+
+import msgspec
+from msgspec import Meta
+
+from appliance.clock import iso
+from appliance.domain.endpoint import DeliveryEndpoint
+from appliance.domain.endpoint_health import EndpointHealth, paused, resumed
+from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, lane_of, subscribed
+from appliance.errors import NotFound
+from appliance.model import Model
+from appliance.runtime import Runtime
+from appliance.services.tenant_settings import TenantSettings
+from appliance.storage import DELIVERY_ENDPOINTS, NewEvents, Session
+
+log = logging.getLogger("appliance.delivery")
+
+
+class RecentAnswers(Model):
+    delivered: int = 0
+    failed: int = 0
+    error: int = 0
+
+
+class EndpointItem(Model):
+    delivery_endpoint_id: str
+    adapter: str
+    host: str | None  # the URL's host only: the rest may carry credentials
+    state: str  # active | paused
+    paused_reason: str | None
+    consecutive_errors: int
+    consecutive_failures: int
+    last_success_at: str | None
+    last_error_at: str | None
+    last24h: RecentAnswers
+    waiting: int  # delivery jobs parked until the endpoint resumes
+
+
+class EndpointPage(Model):
+    items: list[EndpointItem]
+    next_cursor: str | None
+    has_more: bool
+
+
+class PauseBody(Model):
+    reason: Annotated[str, Meta(max_length=500)] | None = None
+
+
+def hour_of(now: datetime) -> str:
+    """The hour an answer is counted in (UTC, `YYYY-MM-DDTHH`)."""
+    return now.strftime("%Y-%m-%dT%H")
+
+
+def _host(endpoint: DeliveryEndpoint) -> str | None:
+    try:
+        return urlsplit(endpoint.url).hostname if endpoint.url else None
+    except ValueError:
+        return None
+
+
+def _item(endpoint: DeliveryEndpoint, health: EndpointHealth, answers: tuple[int, int, int] | None,
+          waiting: int) -> EndpointItem:
+    delivered, failed, error = answers or (0, 0, 0)
+    return EndpointItem(
+        delivery_endpoint_id=endpoint.delivery_endpoint_id, adapter=endpoint.adapter, host=_host(endpoint),
+        state=health.state, paused_reason=health.paused_reason, consecutive_errors=health.consecutive_errors,
+        consecutive_failures=health.consecutive_failures, last_success_at=health.last_success_at,
+        last_error_at=health.last_error_at, last24h=RecentAnswers(delivered=delivered, failed=failed, error=error),
+        waiting=waiting)
+
+
+def _since(now: datetime) -> str:
+    return hour_of(now - timedelta(hours=23))  # this hour and the 23 before it
+
+
+def item_of(tx: Session, tenant_id: str, endpoint: DeliveryEndpoint, now: datetime) -> EndpointItem:
+    eid = endpoint.delivery_endpoint_id
+    return _item(endpoint, tx.endpoints.health(tenant_id, eid), tx.endpoints.answers_since(tenant_id, _since(now))
+                 .get(eid), tx.jobs.paused_counts(tenant_id).get(eid, 0))
+
+
+def page(runtime: Runtime, tenant_id: str, after: str | None, limit: int) -> EndpointPage:
+    """The tenant's endpoints in id order; `after`: the last id of the previous page."""
+    with runtime.store.reader() as tx:
+        endpoints = [e for e in tx.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
+                     if after is None or e.delivery_endpoint_id > after]
+        health = tx.endpoints.all_health(tenant_id)
+        answers = tx.endpoints.answers_since(tenant_id, _since(runtime.clock.now()))
+        waiting = tx.jobs.paused_counts(tenant_id)
+    shown = endpoints[:limit]
+    items = [_item(e, health.get(e.delivery_endpoint_id, EndpointHealth()), answers.get(e.delivery_endpoint_id),
+                   waiting.get(e.delivery_endpoint_id, 0)) for e in shown]
+    more = len(endpoints) > limit
+    return EndpointPage(items=items, next_cursor=shown[-1].delivery_endpoint_id if more else None, has_more=more)
+
+
+def record_endpoint_event(tx: Session, settings: TenantSettings, tenant_id: str, event_type: str,
+                          item: EndpointItem, now: str) -> None:
+    """Queue `endpoint.paused` / `endpoint.resumed` for the subscribers that want it; its data is
+    the endpoint as it was then. (The plugins' `on_lead_event` hook gets lead events only.)"""
+    queued = [NewEvents(webhook_id, lane_of(item.delivery_endpoint_id), (event_type,))
+              for webhook_id, events in settings.subscribers
+              if webhook_id != PLUGIN_SUBSCRIBER and subscribed(events, event_type)]
+    if queued:
+        tx.webhooks.enqueue_payload(tenant_id, queued, msgspec.json.encode(item), now)
+
+
+def _stored(tx: Session, tenant_id: str, endpoint_id: str) -> DeliveryEndpoint:
+    endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
+    if endpoint is None:
+        raise NotFound()
+    return endpoint
+
+
+def pause_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reason: str | None,
+               now_dt: datetime):
+    """The unit of work that pauses an endpoint by hand: (its item, whether it was active)."""
+    now = iso(now_dt)
+
+    def unit(tx: Session) -> tuple[EndpointItem, bool]:
+        endpoint = _stored(tx, tenant_id, endpoint_id)
+        health = tx.endpoints.health(tenant_id, endpoint_id)
+        if health.paused:
+            return item_of(tx, tenant_id, endpoint, now_dt), False
+        tx.endpoints.save_health(tenant_id, endpoint_id, paused(health, reason or "paused by hand", now))
+        item = item_of(tx, tenant_id, endpoint, now_dt)
+        record_endpoint_event(tx, settings, tenant_id, "endpoint.paused", item, now)
+        return item, True
+
+    return unit
+
+
+def resume_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reason: str | None,
+                now_dt: datetime):
+    """The unit of work that resumes an endpoint: its waiting jobs are due at once. Answers
+    (its item, how many jobs it released, whether it was paused)."""
+    now = iso(now_dt)
+
+    def unit(tx: Session) -> tuple[EndpointItem, int, bool]:
+        endpoint = _stored(tx, tenant_id, endpoint_id)
+        health = tx.endpoints.health(tenant_id, endpoint_id)
+        released = tx.jobs.release_paused(tenant_id, endpoint_id, now)
+        if not health.paused:
+            return item_of(tx, tenant_id, endpoint, now_dt), released, False
+        tx.endpoints.save_health(tenant_id, endpoint_id, resumed(health))
+        item = item_of(tx, tenant_id, endpoint, now_dt)
+        record_endpoint_event(tx, settings, tenant_id, "endpoint.resumed", item, now)
+        return item, released, True
+
+    return unit
+
+
+async def pause(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+                body: PauseBody) -> EndpointItem:
+    item, changed = await runtime.store.write(
+        pause_unit(settings, tenant_id, endpoint_id, body.reason, runtime.clock.now()), may_refuse=True)
+    if changed:
+        log.warning("delivery endpoint %s paused by hand: %r", endpoint_id, item.paused_reason)
+    return item
+
+
+async def resume(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+                 body: PauseBody) -> EndpointItem:
+    item, released, changed = await runtime.store.write(
+        resume_unit(settings, tenant_id, endpoint_id, body.reason, runtime.clock.now()), may_refuse=True)
+    if changed:
+        log.warning("delivery endpoint %s resumed (%r); %d waiting deliveries released", endpoint_id,
+                    body.reason or "by hand", released)
+    return item
