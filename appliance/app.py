@@ -15,7 +15,7 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
 from appliance.api import (
-    campaigns, catalog, files, health, leads, ledger, metrics, openapi, pixels, reports, sms, submissions, suppression,
+    activity, campaigns, catalog, files, health, leads, ledger, metrics, openapi, pixels, reports, sms, submissions, suppression,
     webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
@@ -127,7 +127,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
-                        *suppression.ROUTES, *metrics.routes(runtime.config.metrics.enabled)],
+                        *suppression.ROUTES, *activity.ROUTES, *metrics.routes(runtime.config.metrics.enabled)],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
