@@ -15,8 +15,8 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
 from appliance.api import (
-    campaigns, catalog, endpoints, files, health, leads, ledger, metrics, openapi, pixels, reports, sms, submissions,
-    suppression, webhooks,
+    activity, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pixels, reports,
+    sms, submissions, suppression, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY
@@ -25,6 +25,7 @@ from appliance.clock import iso
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.delivery import DeliveryWorker
+from appliance.jobs.imports import ImportRunner
 from appliance.jobs.ticker import flush_activity, run_ticker
 from appliance.jobs.webhooks import WebhookSender
 from appliance.plugins import Registry, load_plugins
@@ -105,10 +106,12 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     settings = SettingsCache(runtime.store, plugins_listen=registry.listens_to_lead_events)
     worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
     sender = WebhookSender(runtime, registry)
+    import_runner = ImportRunner(runtime)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         stop = asyncio.Event()
+        await import_runner.begin()
         tasks = [asyncio.create_task(run_ticker(runtime, stop))] if background else []
         if background and runtime.config.delivery.concurrency > 0:
             tasks.append(asyncio.create_task(worker.run(stop)))
@@ -117,6 +120,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         try:
             yield
         finally:
+            await import_runner.stop()
             stop.set()
             worker.wake()
             sender.wake()
@@ -127,7 +131,8 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
-                        *suppression.ROUTES, *endpoints.ROUTES, *metrics.routes(runtime.config.metrics.enabled)],
+                        *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES,
+                        *metrics.routes(runtime.config.metrics.enabled)],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
@@ -146,4 +151,5 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app.state.registry = registry
     app.state.worker = worker
     app.state.webhook_sender = sender
+    app.state.imports = import_runner
     return app

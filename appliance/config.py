@@ -207,6 +207,14 @@ class MetricsConfig(Settings):
     token: str = ""  # set: /metrics asks for `Authorization: Bearer <token>`
 
 
+class ImportsConfig(Settings):
+    max_file_mb: int = 50  # CSV lead imports (POST /api/v1/leads/import): larger files are refused unread
+
+    def __post_init__(self) -> None:
+        if self.max_file_mb < 1:
+            invalid("max_file_mb", "must be at least 1")
+
+
 class DefaultsConfig(Settings):
     region: str = "US"
     dedupe_window_days: int = 30
@@ -230,6 +238,7 @@ class Config(Settings):
     plugins: PluginsConfig = msgspec.field(default_factory=PluginsConfig)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
+    imports: ImportsConfig = msgspec.field(default_factory=ImportsConfig)
 
     @property
     def log_level(self) -> str:

@@ -17,6 +17,7 @@ BODIES = {
     ("POST", "/api/v1/files"): b'{"leadId":"{leadId}","fileKey":"%s","fileName":"a.pdf","fileType":"pdf",'
                                b'"documentUrl":"https://files.example.com/a.pdf"}',
     ("PATCH", "/api/v1/leads/bulk"): b'{"leadIds":["{leadId}"],"updates":{"notes":"%s"}}',
+    ("PATCH", "/api/v1/leads/{leadId}"): b'{"notes":"%s"}',
     ("POST", "/api/v1/leads/{leadId}/approve"): b'{"status":"approved","reason":"%s"}',
     ("POST", "/api/v1/leads/{leadId}/return"): b'{"reason":"%s"}',
     ("POST", "/api/v1/leads/{leadId}/repost"): b'{"deliveryInfo":{"deliveryEndpointId":"%s"}}',
@@ -35,6 +36,7 @@ BODIES = {
 }
 SPOILED_FIELD = {
     "/api/v1/leads/submit": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
+    "/api/v1/leads/{leadId}": "notes",
     "/api/v1/leads/{leadId}/approve": "reason", "/api/v1/leads/{leadId}/return": "reason",
     "/api/v1/leads/{leadId}/repost": "deliveryInfo.deliveryEndpointId",
     "/api/v1/leads/{leadId}/deliver": "campaignId", "/api/v1/submissions/{submissionId}": "result",
@@ -61,8 +63,12 @@ def body_routes(app) -> list[tuple[str, str]]:
     return [(m, p) for m, p in routes_of(app) if m in ("POST", "PATCH", "PUT")]
 
 
+# Multipart bodies (a file upload): covered by test_random_bytes_into_the_import_form_never_answer_5xx.
+MULTIPART = [("POST", "/api/v1/leads/import")]
+
+
 def test_every_body_route_is_covered(client):
-    assert sorted(BODIES) == sorted(body_routes(client.app))
+    assert sorted([*BODIES, *MULTIPART]) == sorted(body_routes(client.app))
 
 
 def send(client, tenant, ids, method: str, path: str, body: bytes):
@@ -108,4 +114,24 @@ def test_random_bytes_into_every_body_route_never_answer_5xx(client, tenant, ids
         return  # provider (a closed local port here) is unreachable: PROVIDER_ERROR by design
     assert response.status_code < 500, (route, body, response.text)
     if response.status_code >= 400:  # a body that happens to be valid may succeed
+        assert_client_error(response)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_random_bytes_into_the_import_form_never_answer_5xx(client, tenant, data):
+    """As a whole multipart body, as the file (any bytes: not UTF-8, not CSV...), and as a field."""
+    form = (b'--b\r\nContent-Disposition: form-data; name="campaignId"\r\n\r\nAC01\r\n'
+            b'--b\r\nContent-Disposition: form-data; name="file"; filename="a.csv"\r\n\r\n%s\r\n--b--\r\n')
+    body = data.draw(st.one_of(
+        st.binary(max_size=300),
+        st.binary(max_size=80).map(lambda chunk: form % chunk.replace(b"\r\n--b", b"")),
+        st.binary(max_size=80).map(lambda chunk: form.replace(b"AC01", chunk.replace(b"\r\n--b", b"")) % b"email"),
+        st.tuples(st.integers(0, len(form)), st.binary(min_size=1, max_size=8)).map(
+            lambda cut: form[:cut[0]] + cut[1] + form[cut[0]:]),
+    ))
+    response = client.post("/api/v1/leads/import", content=body,
+                           headers={**tenant.headers, "Content-Type": "multipart/form-data; boundary=b"})
+    assert response.status_code < 500, (body, response.text)
+    if response.status_code >= 400:
         assert_client_error(response)

@@ -30,7 +30,10 @@ Deliberately excluded, and why:
   createWebhook, updateWebhook (the receiver URL must be https with a public host, the secret
   `whsec_` and base64 of 24+ bytes), redeliverLeads (campaigns and endpoints must exist, dates
   parse), changeSuppressionEntries (each value must be an email or a phone number, and at
-  least one of add and remove given). Every other check still runs on them, negative data included.
+  least one of add and remove given), updateLead (email, phone for the country, time zone,
+  dateOfBirth as a real date, field library rules, as bulk update and submit), importLeads (the
+  file must be UTF-8 CSV whose header names submit fields, the campaign must exist). Every other
+  check still runs on them, negative data included.
 - Known issue, kept out by the hook until fixed in appliance/api/leads.py: startDate/endDate
   before 1970 all map to the same id bound, so two distinct pre-1970 dates are answered
   "endDate: must not be before startDate"; the hook moves such dates to 1970-01-01.
@@ -61,7 +64,7 @@ TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
 SEMANTIC_BODIES = ("submitLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
-                   "redeliverLeads", "changeSuppressionEntries")
+                   "redeliverLeads", "changeSuppressionEntries", "updateLead", "importLeads")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 
 

@@ -69,6 +69,11 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     client.post(f"/api/v1/suppression-lists/{their_list}/entries", json={"add": ["jane2@example.com"]},
                 headers=other_tenant.headers)
     client.post("/api/v1/endpoints/O-ep/pause", json={"reason": "theirs"}, headers=other_tenant.headers)
+    their_import = client.post("/api/v1/leads/import", headers=other_tenant.headers, data={
+        "campaignId": "OC01", "process": "false"}, files={"file": ("a.csv", "email\nx@example.com\n")}
+        ).json()["data"]["importId"]
+    assert wait_until(lambda: client.get(f"/api/v1/imports/{their_import}", headers=other_tenant.headers)
+                      .json()["data"]["state"] != "running", 10)
     before = snapshot(runtime, other_tenant.tenant_id)
     h = tenant.headers
 
@@ -79,6 +84,9 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     # Path ids of the other tenant: 404, as for ids that do not exist.
     not_found = {
         ("GET", "/api/v1/leads/{leadId}"): None,
+        ("PATCH", "/api/v1/leads/{leadId}"): {"notes": "mine now", "status": "failed", "email": "me@example.com"},
+        ("GET", "/api/v1/leads/{leadId}/messages"): None,
+        ("GET", "/api/v1/imports/{importId}"): None,
         ("POST", "/api/v1/leads/{leadId}/approve"): {"status": "approved"},
         ("POST", "/api/v1/leads/{leadId}/return"): {"reason": "wrong number"},
         ("POST", "/api/v1/leads/{leadId}/repost"): {},
@@ -99,7 +107,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
-                   webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep")
+                   webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep", importId=their_import)
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.

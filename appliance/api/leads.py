@@ -20,7 +20,7 @@ from appliance.domain.submission import SubmitLead
 from appliance.errors import JSON, NotFound, ValidationFailed
 from appliance.ids import floor_id
 from appliance.model import Model
-from appliance.storage import KeyRecord, LeadFilter
+from appliance.storage import KeyRecord, LeadFilter, Store
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 
@@ -201,14 +201,45 @@ async def list_leads(
      opt={"data": LeadDetail, "errors": ["NOT_FOUND"]})
 def get_lead(request: Request, lead_id: LeadId) -> Response:
     """The lead record with its submissions, oldest first."""
-    tenant_id = principal(request.scope).tenant_id
-    tx = request.app.state.runtime.store.reader()
+    return ok_raw(_lead_detail(request.app.state.runtime.store, principal(request.scope).tenant_id, lead_id))
+
+
+def _lead_detail(store: Store, tenant_id: str, lead_id: str) -> bytes:
+    tx = store.reader()
     with tx:  # one read transaction: the lead and its submissions as of the same commit
         doc = tx.leads.lead_doc(tenant_id, lead_id)
         submissions = tx.leads.submission_docs_of(tenant_id, lead_id) if doc is not None else []
     if doc is None:
         raise NotFound()
-    return ok_raw(doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}")
+    return doc[:-1] + b',"submissions":[' + b",".join(submissions) + b"]}"
+
+
+def _allowed_keys(exc: ValidationFailed, prefix: str, keys: tuple[str, ...]) -> ValidationFailed:
+    """An unknown key's problem (`<prefix><key>: unknown field`) lists the keys that may be set."""
+    def said(detail: str) -> str:
+        path = detail.split(":", 1)[0]
+        top = path.startswith(prefix) and "." not in path[len(prefix):]
+        return f"{detail} (allowed: {', '.join(keys)})" if top and detail.endswith(": unknown field") else detail
+
+    return ValidationFailed([said(d) for d in exc.details or []])
+
+
+# ---- PATCH /api/v1/leads/{leadId} ---------------------------------------------
+
+@patch("/api/v1/leads/{leadId:str}", operation_id="updateLead", status_code=200,
+       opt={"body": lead_updates.LeadPatch, "data": LeadDetail, "errors": ["NOT_FOUND"]})
+async def update_lead(request: Request, lead_id: LeadId) -> Response:
+    """See appliance/services/lead_updates.py: the bulk-update keys and the contact fields."""
+    who = principal(request.scope)
+    try:
+        body = await read_json(request, lead_updates.LeadPatch)
+    except ValidationFailed as exc:
+        raise _allowed_keys(exc, "", lead_updates.LEAD_PATCH_KEYS) from None
+    runtime = request.app.state.runtime
+    settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
+    lead_updates.check_lead_patch(body, settings.checked_fields, runtime.clock.now().date())
+    await lead_updates.patch_lead(runtime, settings, who.tenant_id, who.key_id, lead_id, body)
+    return ok_raw(_lead_detail(runtime.store, who.tenant_id, lead_id))
 
 
 # ---- PATCH /api/v1/leads/bulk -------------------------------------------------
@@ -221,9 +252,7 @@ async def bulk_update_leads(request: Request) -> Response:
     try:
         body = await read_json(request, lead_updates.BulkUpdateBody)
     except ValidationFailed as exc:
-        raise ValidationFailed([f"{d} (allowed: {', '.join(lead_updates.BULK_KEYS)})"
-                                if d.startswith("updates.") and d.endswith(": unknown field") else d
-                                for d in exc.details or []]) from None
+        raise _allowed_keys(exc, "updates.", lead_updates.BULK_KEYS) from None
     runtime = request.app.state.runtime
     settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
     lead_updates.check_bulk(body, settings.checked_fields, runtime.clock.now().date())
@@ -276,5 +305,5 @@ async def redeliver_leads(request: Request) -> Response:
     return ok(result)
 
 
-ROUTES = [submit_lead, approve_lead, return_lead, list_leads, get_lead, bulk_update_leads, repost_lead, deliver_lead,
+ROUTES = [submit_lead, approve_lead, return_lead, list_leads, get_lead, update_lead, bulk_update_leads, repost_lead, deliver_lead,
           redeliver_leads]

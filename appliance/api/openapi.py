@@ -142,6 +142,8 @@ def build_document(app: Any) -> dict[str, Any]:
                 "required": not opt.get("body_optional", False),
                 "content": {JSON: {"schema": schema_of[opt["body"]]}},
             }
+        elif "form" in opt:  # a multipart/form-data body (a file upload), its schema given as is
+            operation["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": opt["form"]}}}
         data_schema = schema_of[opt["data"]] if "data" in opt else {}
         status = str(opt.get("status", 200))
         responses = {status: {"description": "Success", "headers": _REQUEST_ID,
@@ -159,6 +161,8 @@ def build_document(app: Any) -> dict[str, Any]:
             codes.append("VALIDATION_ERROR")
         if "body" in opt:
             codes += ["VALIDATION_ERROR", "PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE"]
+        elif "form" in opt:  # a file over its own limit is a VALIDATION_ERROR naming it
+            codes += ["VALIDATION_ERROR", "UNSUPPORTED_MEDIA_TYPE"]
         for code in dict.fromkeys(codes + ["INTERNAL_ERROR"]):
             entry = responses.setdefault(str(ERROR_STATUS[code]), {"description": "", "headers": dict(_REQUEST_ID),
                                                                      "content": {JSON: {"schema": {"$ref": REF.format(name="Error")}}}})

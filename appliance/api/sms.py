@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
-from litestar import Request, Response, post
+from typing import Annotated
+
+from litestar import Request, Response, get, post
+from litestar.params import PathParameter, QueryParameter
 
 from appliance.services import sms
 from appliance.api.auth import principal
-from appliance.api.io import ok, read_json
+from appliance.api.io import ok, query_int, query_str, read_json
+from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT
+from appliance.errors import ValidationFailed
+
+LeadId = Annotated[str, PathParameter(name="leadId")]
+Query = Annotated[str | None, QueryParameter()]
 
 
 @post("/api/v1/sms/send", operation_id="sendSms", status_code=201,
@@ -19,4 +27,19 @@ async def send_sms(request: Request) -> Response:
     return ok(await sms.send(state.runtime, state.registry, who.tenant_id, body), 201)
 
 
-ROUTES = [send_sms]
+@get("/api/v1/leads/{leadId:str}/messages", operation_id="listLeadMessages", sync_to_thread=False,
+     opt={"data": sms.LeadMessagePage, "errors": ["NOT_FOUND", "VALIDATION_ERROR"],
+          "query": {"cursor": {"type": "string", "pattern": "^msg_",
+                               "description": "nextCursor of the previous page (a messageId)."}}})
+def list_lead_messages(request: Request, lead_id: LeadId, cursor: Query = None, limit: Query = None) -> Response:
+    """The SMS messages of the lead's conversations, newest first; `cursor` = messageId of the
+    previous page's last item (ids are time-ordered)."""
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    before = query_str(request, "cursor")
+    if before is not None and not before.startswith("msg_"):
+        raise ValidationFailed(["cursor: not a message id (use nextCursor of the previous page)"])
+    return ok(sms.lead_messages(request.app.state.runtime, principal(request.scope).tenant_id, lead_id, before,
+                                per_page))
+
+
+ROUTES = [send_sms, list_lead_messages]

@@ -155,6 +155,17 @@ def field_library_problems(facts: Mapping[str, Any], entries: Sequence[FieldLibr
     return problems
 
 
+def with_field_library_problems(problems: list[str], facts: Mapping[str, Any], entries: Sequence[FieldLibraryEntry],
+                                today: date) -> list[str]:
+    """`problems` (build_lead's) and the field library's, one say per field: a field build_lead
+    already refused is not reported again."""
+    checked = field_library_problems(facts, entries, today)
+    if not checked:
+        return problems
+    reported = {problem.split(":", 1)[0] for problem in problems}
+    return problems + [p for p in checked if p.split(":", 1)[0] not in reported]
+
+
 def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, labels: Mapping[str, str],
                region: str, now: str) -> tuple[LeadRecord, list[str]]:
     """The normalized lead record (status `pending`) and the problems found. A resubmission

@@ -7,6 +7,7 @@ ledger entries and its delivery job are committed together."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -22,7 +23,7 @@ from appliance.domain.lead import LeadRecord, Submission
 from appliance.domain.pipeline import (
     Evaluation, attestation_problem, evaluate, event, snapshot, usable,
 )
-from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems
+from appliance.domain.submission import SubmitLead, build_lead, facts_of, with_field_library_problems
 from appliance.domain.suppression import lead_hashes
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
 from appliance.ids import new_id
@@ -82,7 +83,8 @@ def _resolve_campaign(settings: TenantSettings, campaign_id: str,
 
 
 async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead,
-                 registry: Registry) -> SubmitResult:
+                 registry: Registry, *, also: Callable[[Session], None] | None = None) -> SubmitResult:
+    """`also` runs in the lead's own transaction after it is written (an import counts the lead)."""
     tenant_id = principal.tenant_id
     intake, source = _resolve_campaign(settings, body.campaign_id, principal)
     now_dt = runtime.clock.now()
@@ -100,10 +102,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     if source is not None:
         lead = msgspec.structs.replace(lead, source_id=source.source_id)
     facts = facts_of(lead)
-    checked = field_library_problems(facts, settings.checked_fields, today)
-    if checked:
-        reported = {problem.split(":", 1)[0] for problem in problems}  # one say per field is enough
-        problems += [p for p in checked if p.split(":", 1)[0] not in reported]
+    problems = with_field_library_problems(problems, facts, settings.checked_fields, today)
     if problems:
         raise ValidationFailed(problems)
 
@@ -129,7 +128,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         suppression_hashes=lead_hashes(lead.email, lead.phone_e164) if suppression_lists else [],
     )
     # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
-    result = await runtime.store.write(plan.commit, may_refuse=plan.existing)
+    result = await runtime.store.write(plan.commit if also is None else _and_then(plan.commit, also),
+                                       may_refuse=plan.existing)
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)
@@ -223,6 +223,14 @@ class _Plan:
              campaign=campaign, source=self.source, facts=self.facts)
         record_lead_events(tx, self.settings, self.tenant_id, lead, submission, (status,), now, processed=True)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
+
+
+def _and_then(commit: Callable[[Session], SubmitResult], also: Callable[[Session], None]) -> Callable[[Session], SubmitResult]:
+    def unit(tx: Session) -> SubmitResult:
+        result = commit(tx)
+        also(tx)
+        return result
+    return unit
 
 
 def _suppression_lists(intake: Campaign, evaluation: Evaluation | None) -> list[str]:

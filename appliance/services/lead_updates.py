@@ -1,5 +1,5 @@
-"""Changes made to stored leads and submissions by callers: PATCH /api/v1/submissions/{id}
- and PATCH /api/v1/leads/bulk.
+"""Changes made to stored leads and submissions by callers: PATCH /api/v1/submissions/{id},
+PATCH /api/v1/leads/bulk and PATCH /api/v1/leads/{leadId}.
 Each request is one write unit on the writer thread; everything that needs no stored data
 (shapes, timestamps, zones, field library rules) is checked before it is queued.
 
@@ -25,7 +25,11 @@ Decisions (the interface leaves them open):
   key into the stored array (a new key's question is its field library label); `customFields`
   is merged; `notes` and `timezone` may be null to clear them. Milestone ledger entries are
   not written by these edits (they belong to the pipeline's own transitions).
-- Neither sets `returned`: only POST /api/v1/leads/{leadId}/return does (appliance/services/returns),
+- PATCH of one lead takes the bulk-update keys (same merges, same status follow-through) and the
+  lead's contact fields (`firstName`, `lastName`, `email`, `phone`, `address`, `dateOfBirth`,
+  `country`), normalized and checked exactly as a submit does (appliance/domain/submission.build_lead);
+  `address` is replaced as a whole. An empty body changes nothing. It answers the lead record.
+- None of them sets `returned`: only POST /api/v1/leads/{leadId}/return does (appliance/services/returns),
   since a return also writes the entries reversing the delivery's revenue.
 """
 
@@ -40,11 +44,11 @@ from msgspec import UNSET, Meta, UnsetType
 from appliance.clock import iso
 from appliance.domain.catalog import FieldLibraryEntry
 from appliance.domain.lead import (
-    AlternativeCampaign, DeliveryOutcome, FlowType, JourneyEvent, LeadRecord, PostingOutcome,
+    Address, AlternativeCampaign, DeliveryOutcome, FlowType, JourneyEvent, LeadRecord, PostingOutcome,
     QualificationOutcome, QuestionAnswer, RoutingMethod, RoutingOutcome, SettableStatus, Submission,
 )
 from appliance.domain.pipeline import event
-from appliance.domain.submission import field_library_problems, valid_zone
+from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_library_problems, valid_zone
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
@@ -265,20 +269,25 @@ class BulkUpdateResult(Model):
 
 def check_bulk(body: BulkUpdateBody, checked_fields: list[FieldLibraryEntry], today: date) -> None:
     """Everything about a bulk update that needs no stored data."""
-    updates = body.updates
-    given = _given(updates)
-    if not given:
+    if not _given(body.updates):
         raise ValidationFailed([f"updates: give at least one of {', '.join(BULK_KEYS)}"])
+    problems = _update_problems(body.updates, checked_fields, today, "updates.")
+    if problems:
+        raise ValidationFailed(problems)
+
+
+def _update_problems(updates: BulkUpdates, checked_fields: list[FieldLibraryEntry], today: date,
+                     prefix: str) -> list[str]:
+    """The problems of the bulk-update keys that need no stored data, each path under `prefix`."""
     problems = []
     if isinstance(updates.timezone, str) and not valid_zone(updates.timezone):
-        problems.append("updates.timezone: unknown IANA time zone")
+        problems.append(f"{prefix}timezone: unknown IANA time zone")
     if updates.questionnaire is not UNSET:
         keys = set(updates.questionnaire)
         entries = [e for e in checked_fields if e.category == "question" and e.key in keys]
-        problems += [f"updates.{p}" for p in field_library_problems(
+        problems += [f"{prefix}{p}" for p in field_library_problems(
             {"questionnaire": updates.questionnaire}, entries, today)]
-    if problems:
-        raise ValidationFailed(problems)
+    return problems
 
 
 def _merge_answers(stored: list[QuestionAnswer], answers: dict[str, Any], labels: dict[str, str]) -> list[QuestionAnswer]:
@@ -293,33 +302,44 @@ def _merge_answers(stored: list[QuestionAnswer], answers: dict[str, Any], labels
     return merged
 
 
+def _with_updates(lead: LeadRecord, updates: BulkUpdates, labels: dict[str, str]) -> dict[str, Any]:
+    """The lead's fields a bulk-update body changes, merged with what is stored."""
+    changes: dict[str, Any] = {name: value for name, value in _given(updates).items()
+                               if name in ("notes", "timezone", "is_test", "status")}
+    if updates.custom_fields is not UNSET:
+        changes["custom_fields"] = {**lead.custom_fields, **updates.custom_fields}
+    if updates.questionnaire is not UNSET:
+        changes["questionnaire"] = _merge_answers(lead.questionnaire, updates.questionnaire, labels)
+    return changes
+
+
+def _save(tx: Session, settings: TenantSettings, tenant_id: str, key_id: str, lead: LeadRecord,
+          updated: LeadRecord, now_dt: datetime, by: str, *, names_changed: bool = False) -> None:
+    """Write `updated` over the stored `lead`; a status change follows through to the latest
+    submission and earns its milestones and queues its events in the same unit."""
+    now = updated.updated_at
+    submission_id = _follow_status(tx, tenant_id, lead, updated.status, key_id, now, by) \
+        if updated.status != lead.status else None
+    tx.leads.update_lead(tenant_id, updated, names_changed=names_changed)
+    if submission_id is not None:
+        earn(tx, settings, tenant_id, updated, submission_id, (updated.status,), now_dt)
+        record_lead_events(tx, settings, tenant_id, updated, tx.leads.get_submission(tenant_id, submission_id),
+                           (updated.status,), now)
+
+
 async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str,
                       body: BulkUpdateBody) -> BulkUpdateResult:
     """Call `check_bulk` first. One write unit for every lead named."""
     now_dt = runtime.clock.now()
     now = iso(now_dt)
-    labels = settings.labels
-    updates = body.updates
     ids = list(dict.fromkeys(body.lead_ids))
-    plain = {name: value for name, value in _given(updates).items()
-             if name in ("notes", "timezone", "is_test", "status")}
 
     def unit(tx: Session) -> BulkUpdateResult:
         found = tx.leads.get_leads(tenant_id, ids)
         for lead in found:
-            changes: dict[str, Any] = dict(plain)
-            if updates.custom_fields is not UNSET:
-                changes["custom_fields"] = {**lead.custom_fields, **updates.custom_fields}
-            if updates.questionnaire is not UNSET:
-                changes["questionnaire"] = _merge_answers(lead.questionnaire, updates.questionnaire, labels)
-            updated: LeadRecord = msgspec.structs.replace(lead, **changes, updated_at=now)
-            submission_id = _follow_status(tx, tenant_id, lead, updated.status, key_id, now) \
-                if updated.status != lead.status else None
-            tx.leads.update_lead(tenant_id, updated)
-            if submission_id is not None:
-                earn(tx, settings, tenant_id, updated, submission_id, (updated.status,), now_dt)
-                record_lead_events(tx, settings, tenant_id, updated, tx.leads.get_submission(tenant_id, submission_id),
-                                   (updated.status,), now)
+            updated = msgspec.structs.replace(lead, **_with_updates(lead, body.updates, settings.labels),
+                                              updated_at=now)
+            _save(tx, settings, tenant_id, key_id, lead, updated, now_dt, "bulk update")
         return BulkUpdateResult(modified_count=len(found))
 
     # Up to MAX_BULK_IDS leads read and rewritten: tens of milliseconds, off the event loop.
@@ -327,7 +347,7 @@ async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str
 
 
 def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
-                   now: str) -> str | None:
+                   now: str, by: str) -> str | None:
     """The lead's latest submission takes the status; answers its id (None when it has none)."""
     submission = tx.leads.latest_submission(tenant_id, lead.lead_id)
     if submission is None:
@@ -337,6 +357,69 @@ def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, k
     tx.leads.update_submission(tenant_id, msgspec.structs.replace(
         submission, status=status, updated_at=now,
         journey_events=[*submission.journey_events, event(
-            now, "status_changed", "bulk update", details={"previous": lead.status, "status": status,
-                                                           "keyId": key_id})]))
+            now, "status_changed", by, details={"previous": lead.status, "status": status,
+                                                "keyId": key_id})]))
     return submission.submission_id
+
+
+# ---- PATCH /api/v1/leads/{leadId} -----------------------------------------------------------
+
+class LeadPatch(BulkUpdates):
+    """PATCH /api/v1/leads/{leadId}: the bulk-update keys and the lead's contact fields, every
+    one optional. Contact fields cannot be null: a lead keeps its name, email and phone."""
+
+    first_name: Annotated[str, Meta(min_length=1, max_length=100)] | UnsetType = UNSET
+    last_name: Annotated[str, Meta(min_length=1, max_length=100)] | UnsetType = UNSET
+    email: Annotated[str, Meta(min_length=1, max_length=254)] | UnsetType = UNSET
+    phone: Annotated[str, Meta(min_length=1, max_length=32)] | UnsetType = UNSET
+    address: Address | UnsetType = UNSET
+    date_of_birth: Annotated[str, Meta(max_length=10)] | UnsetType = UNSET
+    country: Annotated[str, Meta(max_length=64)] | UnsetType = UNSET
+
+
+CONTACT_FIELDS = ("first_name", "last_name", "email", "phone", "address", "date_of_birth", "country")
+LEAD_PATCH_KEYS = (*BULK_KEYS, "firstName", "lastName", "email", "phone", "address", "dateOfBirth", "country")
+# What build_lead derives from the contact fields and a PATCH therefore takes from it.
+_CONTACT_RESULT = (*CONTACT_FIELDS, "phone_e164")
+
+
+def check_lead_patch(body: LeadPatch, checked_fields: list[FieldLibraryEntry], today: date) -> None:
+    """Everything about a lead PATCH that needs no stored data."""
+    problems = _update_problems(body, checked_fields, today, "")
+    if problems:
+        raise ValidationFailed(problems)
+
+
+async def patch_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
+                     body: LeadPatch) -> None:
+    """Call `check_lead_patch` first. NotFound for a lead that is not the tenant's."""
+    now_dt = runtime.clock.now()
+    now = iso(now_dt)
+    given = _given(body)
+    contact = {name: given[name] for name in CONTACT_FIELDS if name in given}
+    wire = dict(zip(LeadPatch.__struct_fields__, LeadPatch.__struct_encode_fields__))
+    # Field library rules on the contact fields given (the questionnaire's were checked already).
+    touched = {wire[name] for name in contact}
+    entries = [e for e in settings.checked_fields if e.category != "question" and e.key.split(".")[0] in touched]
+    region = runtime.config.defaults.region
+
+    def unit(tx: Session) -> None:
+        lead = tx.leads.get_lead(tenant_id, lead_id)
+        if lead is None:
+            raise NotFound()
+        if not given:
+            return
+        changes = _with_updates(lead, body, settings.labels)
+        if contact:
+            # The submit's own normalization and checks, over the stored lead as a resubmission's.
+            built, problems = build_lead(SubmitLead(campaign_id=lead.campaign_id or "", **contact), lead_id=lead_id,
+                                         existing=lead, labels=settings.labels, region=region, now=now)
+            problems += field_library_problems(facts_of(built), entries, now_dt.date())
+            if problems:
+                raise ValidationFailed(problems)
+            changes.update({name: getattr(built, name) for name in _CONTACT_RESULT})
+        updated = msgspec.structs.replace(lead, **changes, updated_at=now)
+        _save(tx, settings, tenant_id, key_id, lead, updated, now_dt, "lead update",
+              names_changed=(updated.first_name, updated.last_name) != (lead.first_name, lead.last_name))
+
+    await runtime.store.write(unit, may_refuse=True)

@@ -76,6 +76,50 @@ class SmsSendResult(Model):
     created_at: str
 
 
+class LeadMessage(Model):
+    """One stored message of a lead's conversations (GET /api/v1/leads/{leadId}/messages)."""
+
+    message_id: str
+    interaction_id: str
+    direction: str
+    sender: str = msgspec.field(name="from")
+    to: str
+    body: str
+    status: str                       # sending, sent, failed or error
+    reason: str | None
+    provider: str
+    provider_id: str | None
+    provider_message_id: str | None
+    provider_status: str | None
+    segments: int
+    encoding: str
+    created_at: str
+    updated_at: str
+
+
+class LeadMessagePage(Model):
+    items: list[LeadMessage]
+    next_cursor: str | None
+    has_more: bool
+
+
+def lead_messages(runtime: Runtime, tenant_id: str, lead_id: str, before: str | None, limit: int) -> LeadMessagePage:
+    """The lead's messages, newest first (NotFound for a lead that is not the tenant's)."""
+    tx = runtime.store.reader()
+    with tx:
+        if not tx.leads.lead_exists(tenant_id, lead_id):
+            raise NotFound()
+        rows = tx.messages.lead_messages(tenant_id, lead_id, before, limit + 1)
+    items = [LeadMessage(
+        message_id=m.message_id, interaction_id=m.interaction_id, direction=m.direction, sender=m.sender,
+        to=m.recipient, body=m.body, status=m.status, reason=m.reason, provider=m.provider_type,
+        provider_id=m.provider_id, provider_message_id=m.provider_message_id, provider_status=m.provider_status,
+        segments=m.segments, encoding=m.encoding, created_at=m.created_at, updated_at=m.updated_at)
+        for m in rows[:limit]]
+    more = len(rows) > limit
+    return LeadMessagePage(items=items, next_cursor=items[-1].message_id if more else None, has_more=more)
+
+
 class _Plan(msgspec.Struct, kw_only=True):
     lead_id: str
     recipient: str

@@ -8,6 +8,7 @@ from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
 from appliance.storage.db import StorageError, inspect_backup, restore_database
+from appliance.storage.imports import MAX_ERRORS as MAX_IMPORT_ERRORS, ImportRecord
 from appliance.storage.jobs import Job
 from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
 from appliance.storage.ledger import LedgerFilter
@@ -20,6 +21,7 @@ from appliance.storage.webhooks import NewEvents, OutboxEvent
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
+    "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "restore_database",
 ]

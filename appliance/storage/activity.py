@@ -34,6 +34,16 @@ class Activity:
             [(at, key_id) for key_id, at in last_used.items()],
         )
 
+    def page(self, tenant_id: str, before_id: int | None, limit: int) -> list[tuple]:
+        """(id, key name, method, route, status, duration_ms, at, request_id) of the tenant's
+        requests, newest first, below the row id `before_id` when given."""
+        return self._conn.execute(
+            "SELECT a.id, k.name, a.method, a.route, a.status, a.duration_ms, a.at, a.request_id"
+            " FROM activity_log a LEFT JOIN api_keys k ON k.key_id = a.key_id"
+            " WHERE a.tenant_id = ? AND a.id < ? ORDER BY a.id DESC LIMIT ?",
+            (tenant_id, before_id if before_id is not None else 2**63 - 1, limit),
+        ).fetchall()
+
     def recent(self, tenant_id: str, limit: int = 100) -> list[tuple]:
         return self._conn.execute(
             "SELECT at, key_id, method, route, status, duration_ms, request_id FROM activity_log"

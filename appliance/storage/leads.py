@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -9,7 +10,7 @@ import apsw
 
 from appliance.domain.lead import LeadRecord, Submission
 from appliance.storage.packed import PackedDocs
-from appliance.storage.reports import count_lead
+from appliance.storage.reports import count_lead, count_leads
 
 # The columns each read selects before `doc`, which holds the rest of the record (packed.py).
 _LEADS = PackedDocs(LeadRecord, ("lead_id", "status", "campaign_id", "client_id", "offer_id", "source_id", "email",
@@ -20,8 +21,29 @@ _LEAD_ROW = ", ".join(f"l.{name}" for name in (*_LEADS.columns, "doc"))
 _SUBMISSION_ROW = ", ".join((*_SUBMISSIONS.columns, "doc"))
 
 
+_INSERT_LEAD = ("INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
+                " status, email, phone_e164, is_test, created_at, updated_at, doc)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _lead_row(tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> tuple:
+    return (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
+            lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
+            lead.updated_at, _LEADS.pack(lead))
+
+
 def _names(lead: LeadRecord) -> str:
     return " ".join(part for part in (lead.first_name, lead.last_name) if part)
+
+
+_INSERT_SUBMISSION = ("INSERT INTO submissions(submission_id, tenant_id, lead_id, submission_number, campaign_id, status,"
+                      " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+def _submission_row(tenant_id: str, submission: Submission) -> tuple:
+    return (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
+            submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
+            submission.updated_at, _SUBMISSIONS.pack(submission))
 
 
 @dataclass(frozen=True)
@@ -53,19 +75,21 @@ class Leads:
         self._conn = conn
 
     def insert_lead(self, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
-        self._conn.execute(
-            "INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
-            " status, email, phone_e164, is_test, created_at, updated_at, doc)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
-             lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
-             lead.updated_at, _LEADS.pack(lead)),
-        )
+        self._conn.execute(_INSERT_LEAD, _lead_row(tenant_id, lead, intake_campaign_id))
         names = _names(lead)
         if names:
             self._conn.execute("INSERT INTO leads_names(rowid, name) VALUES (last_insert_rowid(), ?)", (names,))
         count_lead(self._conn, tenant_id, lead.created_at, lead.campaign_id, lead.client_id, lead.source_id,
                    lead.status, 1)
+
+    def insert_leads(self, tenant_id: str, leads: Sequence[LeadRecord], intake_campaign_id: str) -> None:
+        """`insert_lead` for a batch (a CSV import's): the same rows, names and report counts, in
+        a few statements instead of several per lead."""
+        self._conn.executemany(_INSERT_LEAD, [_lead_row(tenant_id, lead, intake_campaign_id) for lead in leads])
+        self._conn.executemany("INSERT INTO leads_names(rowid, name) SELECT seq, ? FROM leads WHERE lead_id = ?",
+                               [(names, lead.lead_id) for lead in leads if (names := _names(lead))])
+        count_leads(self._conn, tenant_id, Counter(
+            (lead.created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status) for lead in leads))
 
     def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
         was = self._conn.execute(
@@ -121,13 +145,10 @@ class Leads:
         return sorted(rows.values())
 
     def insert_submission(self, tenant_id: str, submission: Submission) -> None:
-        self._conn.execute(
-            "INSERT INTO submissions(submission_id, tenant_id, lead_id, submission_number, campaign_id, status,"
-            " flow_type, created_at, updated_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (submission.submission_id, tenant_id, submission.lead_id, submission.submission_number,
-             submission.campaign.campaign_id, submission.status, submission.flow_type, submission.created_at,
-             submission.updated_at, _SUBMISSIONS.pack(submission)),
-        )
+        self._conn.execute(_INSERT_SUBMISSION, _submission_row(tenant_id, submission))
+
+    def insert_submissions(self, tenant_id: str, submissions: Sequence[Submission]) -> None:
+        self._conn.executemany(_INSERT_SUBMISSION, [_submission_row(tenant_id, s) for s in submissions])
 
     def update_submission(self, tenant_id: str, submission: Submission) -> None:
         self._conn.execute(

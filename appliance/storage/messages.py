@@ -104,6 +104,12 @@ class Messages:
             f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE interaction_id = ? AND tenant_id = ?"
             " ORDER BY message_id", (interaction_id, tenant_id))]
 
+    def lead_messages(self, tenant_id: str, lead_id: str, before: str | None, limit: int) -> list[Message]:
+        """The lead's messages, every conversation, newest first, below the id `before` when given."""
+        return [Message(*row) for row in self._conn.execute(
+            f"SELECT {_MESSAGE_COLUMNS} FROM sms_messages WHERE tenant_id = ? AND lead_id = ? AND message_id < ?"
+            " ORDER BY message_id DESC LIMIT ?", (tenant_id, lead_id, before if before is not None else "\uffff", limit))]
+
     def settle_interrupted(self, started_before: str, reason: str, now: str) -> int:
         """Messages still `sending` that were handed to a provider before `started_before`: the
         process stopped during the call (a crash) or the call never ended. They become `error`, so no

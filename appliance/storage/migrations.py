@@ -528,3 +528,31 @@ def m011_buyers(conn: apsw.Connection) -> None:
         ALTER TABLE webhook_outbox ADD COLUMN payload BLOB;
         """
     )
+
+
+@migration
+def m012_lead_imports(conn: apsw.Connection) -> None:
+    # A CSV import's progress, written with the rows it imports (storage/imports.py).
+    conn.execute(
+        """
+        CREATE TABLE lead_imports (
+            import_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            campaign_id TEXT NOT NULL,
+            file_name TEXT,
+            process INTEGER NOT NULL,          -- 1: each row through the submit pipeline; 0: stored as `new`
+            columns TEXT NOT NULL,             -- JSON: CSV column -> the submit field it fills
+            state TEXT NOT NULL,               -- running, done, failed
+            total INTEGER NOT NULL,            -- data rows in the file
+            processed INTEGER NOT NULL DEFAULT 0,
+            created INTEGER NOT NULL DEFAULT 0,
+            failed INTEGER NOT NULL DEFAULT 0,
+            errors TEXT NOT NULL DEFAULT '[]', -- JSON: the first rows that failed, [{row, details}]
+            reason TEXT,                       -- why a failed import stopped
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            finished_at TEXT
+        );
+        CREATE INDEX lead_imports_running ON lead_imports(state) WHERE state = 'running';
+        """
+    )

@@ -8,6 +8,8 @@ days of quarter-hour rows, whatever its zone."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import apsw
 
 _DAY = 96  # quarter hours in a UTC day
@@ -26,6 +28,15 @@ def count_lead(conn: apsw.Connection, tenant_id: str, created_at: str, campaign_
     row = (tenant_id, created_at, campaign_id, client_id, source_id, status, step)
     for statement in _COUNT:
         conn.execute(statement, row)
+
+
+def count_leads(conn: apsw.Connection, tenant_id: str,
+                counts: Mapping[tuple[str, str | None, str | None, str | None, str], int]) -> None:
+    """`count_lead` for a batch: `counts` maps (created_at, campaign_id, client_id, source_id,
+    status) to the number of leads added."""
+    rows = [(tenant_id, *key, step) for key, step in counts.items()]
+    for statement in _COUNT:
+        conn.executemany(statement, rows)
 
 
 def _pieces(first: int, end: int, utc_days: bool) -> list[tuple[str, int, int, int]]:

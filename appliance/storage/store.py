@@ -3,7 +3,7 @@
 A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
-`tx.webhooks`, `tx.suppression`, `tx.endpoints`).
+`tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -33,6 +33,7 @@ from appliance.storage.change_signal import ChangeSignal
 from appliance.storage.db import Database, optimize
 from appliance.storage.endpoints import Endpoints
 from appliance.storage.files import Files
+from appliance.storage.imports import Imports
 from appliance.storage.jobs import Jobs
 from appliance.storage.leads import Leads
 from appliance.storage.ledger import Ledger
@@ -49,8 +50,8 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "caps", "catalog", "endpoints", "files", "jobs", "leads", "ledger", "messages",
-                 "reports", "secrets", "suppression", "tenants", "webhooks")
+    __slots__ = ("_conn", "activity", "caps", "catalog", "endpoints", "files", "imports", "jobs", "leads", "ledger",
+                 "messages", "reports", "secrets", "suppression", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -68,6 +69,7 @@ class Session:
         self.webhooks = Webhooks(conn)
         self.suppression = Suppression(conn)
         self.endpoints = Endpoints(conn)
+        self.imports = Imports(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()
