@@ -21,7 +21,7 @@ CPU 1 (2-core machine). `--profile` also runs `py-spy record` on the server duri
 window and prints where its time goes. Results: bench/results/delivery.json.
 
     python -m bench.delivery [--phase both|latency|throughput] [--rate 1000] [--duration 30]
-                             [--preload 30000] [--worker-concurrency 64] [--profile] [--keep]
+                             [--preload 30000] [--worker-concurrency 64] [--buyers 1] [--profile] [--keep]
 """
 
 from __future__ import annotations
@@ -60,27 +60,33 @@ _KEY = os.environ.get("BENCH_DELIVERY_KEY", "")  # for the spawned-safe preload 
 
 # ---- setup ------------------------------------------------------------------------------------------
 
-def bundle(buyer_port: int) -> dict[str, Any]:
+def bundle(buyer_port: int, buyers: int = 1) -> dict[str, Any]:
     """One endpoint at the buyer (a realistic JSON field mapping) and one campaign: adults only,
-    a daily delivery limit that is never reached (so the counter path runs), no schedule."""
+    a daily delivery limit that is never reached (so the counter path runs), no schedule.
+    `buyers` > 1: that many endpoints (all at the same buyer) in a round-robin distribution."""
+    endpoint = {
+        "deliveryEndpointId": "fast-buyer", "url": f"http://127.0.0.1:{buyer_port}/leads",
+        "fieldMapping": [
+            {"clientKey": "first_name", "leadField": "firstName", "required": True},
+            {"clientKey": "last_name", "leadField": "lastName", "required": True},
+            {"clientKey": "email", "leadField": "email", "required": True},
+            {"clientKey": "phone", "leadField": "phoneE164", "required": True},
+            {"clientKey": "state", "leadField": "address.state"},
+            {"clientKey": "zip", "leadField": "address.zip"},
+            {"clientKey": "dob", "leadField": "dateOfBirth"},
+            {"clientKey": "injured", "leadField": "questionnaire.injured"},
+            {"clientKey": "trusted_form", "leadField": "compliance.trusted_form_cert_url"},
+            {"clientKey": "vendor", "value": "bench"},
+        ],
+        "responseRules": {"success": {"statusCodes": [200, 201]}, "clientLeadIdPath": "id"},
+        "timeoutSeconds": 10,
+    }
+    endpoints = [endpoint] if buyers == 1 else [{**endpoint, "deliveryEndpointId": f"fast-buyer-{i}"}
+                                                 for i in range(buyers)]
+    delivery: dict[str, Any] = {"deliveryEndpointId": "fast-buyer"} if buyers == 1 else {"distribution": {
+        "method": "round_robin", "endpoints": [{"deliveryEndpointId": e["deliveryEndpointId"]} for e in endpoints]}}
     return {
-        "deliveryEndpoints": [{
-            "deliveryEndpointId": "fast-buyer", "url": f"http://127.0.0.1:{buyer_port}/leads",
-            "fieldMapping": [
-                {"clientKey": "first_name", "leadField": "firstName", "required": True},
-                {"clientKey": "last_name", "leadField": "lastName", "required": True},
-                {"clientKey": "email", "leadField": "email", "required": True},
-                {"clientKey": "phone", "leadField": "phoneE164", "required": True},
-                {"clientKey": "state", "leadField": "address.state"},
-                {"clientKey": "zip", "leadField": "address.zip"},
-                {"clientKey": "dob", "leadField": "dateOfBirth"},
-                {"clientKey": "injured", "leadField": "questionnaire.injured"},
-                {"clientKey": "trusted_form", "leadField": "compliance.trusted_form_cert_url"},
-                {"clientKey": "vendor", "value": "bench"},
-            ],
-            "responseRules": {"success": {"statusCodes": [200, 201]}, "clientLeadIdPath": "id"},
-            "timeoutSeconds": 10,
-        }],
+        "deliveryEndpoints": endpoints,
         "campaigns": [{
             "campaignId": CAMPAIGN, "name": "Delivery benchmark",
             "client": {"clientId": "cli-bench", "clientName": "Bench Buyer"},
@@ -88,8 +94,7 @@ def bundle(buyer_port: int) -> dict[str, Any]:
             "qualification": {"rules": [{"name": "Adults", "logicalOperator": "AND", "subRules": [
                 {"logicalOperator": "AND", "conditions": [
                     {"field": "age", "operator": "less_than", "value": [18], "maxSeverity": "disqualify"}]}]}]},
-            "delivery": {"deliveryEndpointId": "fast-buyer",
-                         "deliveryLimits": [{"cap": 10_000_000, "type": "daily", "action": "queue"}]},
+            "delivery": {**delivery, "deliveryLimits": [{"cap": 10_000_000, "type": "daily", "action": "queue"}]},
         }],
     }
 
@@ -105,13 +110,13 @@ def write_config(work: Path, concurrency: int) -> Path:
     return config
 
 
-def prepare(work: Path, buyer_port: int, concurrency: int) -> tuple[Path, str]:
+def prepare(work: Path, buyer_port: int, concurrency: int, buyers: int = 1) -> tuple[Path, str]:
     work.mkdir(parents=True, exist_ok=True)
     config = write_config(work, concurrency)
     appliance_cli(config, "init")
     tenant = json.loads(appliance_cli(config, "tenant", "create", "Delivery Bench", "--json"))["tenantId"]
     key = json.loads(appliance_cli(config, "key", "create", "--tenant", tenant, "--name", "bench", "--json"))["key"]
-    (work / "bundle.json").write_text(json.dumps(bundle(buyer_port)))
+    (work / "bundle.json").write_text(json.dumps(bundle(buyer_port, buyers)))
     appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
     return config, key
 
@@ -582,7 +587,7 @@ def latency_phase(args: argparse.Namespace, work: Path, procs: Procs, server_cpu
     buyer_port, port = free_port(), free_port()
     buyer = procs.start("buyer-a", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port,
                         client_cpu)
-    config, key = prepare(work, buyer_port, args.worker_concurrency)
+    config, key = prepare(work, buyer_port, args.worker_concurrency, args.buyers)
     app = procs.appliance(config, port, server_cpu, "appliance-a")
     jobs = JobCounter(work / "data" / "appliance.db")
     # sample_lead(n) repeats its phone number every 10,000,000 n: keep the two runs apart within that.
@@ -684,7 +689,7 @@ def throughput_phase(args: argparse.Namespace, work: Path, procs: Procs, server_
     buyer_port, port = free_port(), free_port()
     buyer = procs.start("buyer-b", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port,
                         client_cpu)
-    config, key = prepare(work, buyer_port, 0)
+    config, key = prepare(work, buyer_port, 0, args.buyers)
     _KEY = os.environ["BENCH_DELIVERY_KEY"] = key
     app = procs.appliance(config, port, server_cpu, "appliance-b-load")
     print(f"  (b) pre-loading {args.preload} leads with the delivery worker off...")
@@ -804,6 +809,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preload", type=int, default=30_000, help="(b) leads queued before the worker starts")
     parser.add_argument("--worker-concurrency", type=int, default=64, help="[delivery] concurrency when on")
     parser.add_argument("--drain-timeout", type=float, default=180.0)
+    parser.add_argument("--buyers", type=int, default=1,
+                        help="endpoints of the campaign: more than 1 delivers through a round-robin distribution")
     parser.add_argument("--profile", action="store_true", help="py-spy record the server during each measurement")
     parser.add_argument("--profile-seconds", type=float, default=10.0, help="(b) seconds profiled")
     parser.add_argument("--profile-threads", action="store_true",

@@ -188,3 +188,40 @@ def test_a_stop_mid_send_resends_to_the_same_endpoint_only(runtime, clock, tmp_p
         assert runtime.store.reader().endpoints.rotation(tenant.tenant_id, "DS1") == rotation
         assert delivered_to(wait_for(client, tenant, submit(client, tenant, lead_body("DS1"))["leadId"],
                                      status_is("delivered"))) == "b"  # the rotation's next turn
+
+
+def test_a_return_counts_against_the_buyer_that_took_the_lead(live, runtime):
+    tenant = tenant_with(runtime, [buyer("a", "failure"), buyer("b"), buyer("strict", returnWindowDays=0)], {
+        "endpoints": [{"deliveryEndpointId": "a"}, {"deliveryEndpointId": "b"}]},
+        revenueMilestones=[{"leadStatus": "delivered", "amount": 25}])
+    data = submit(live, tenant, lead_body("DS1"))
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    response = live.post(f"/api/v1/leads/{data['leadId']}/return", json={"reason": "bad number"},
+                         headers=tenant.headers)
+    assert response.status_code == 200, response.text
+    assert (response.json()["data"]["entry"]["deliveryEndpointId"], response.json()["data"]["entry"]["amount"]) == \
+        ("b", -25)
+
+
+def test_the_rotation_follows_the_distribution_as_it_changes():
+    def convert(endpoints: list[dict]) -> Distribution:
+        return msgspec.convert({"method": "weighted", "endpoints": endpoints}, Distribution)
+
+    two = convert([{"deliveryEndpointId": "a", "weight": 2}, {"deliveryEndpointId": "b", "weight": 1}])
+    running: dict[str, float] = {}
+    picks = []
+    for _ in range(3):
+        chosen, running = rotate(two, ["a", "b"], running)
+        picks.append(chosen)
+    assert sorted(picks) == ["a", "a", "b"]
+    # b closed (full, paused or off hours) for a turn: it keeps its running weight, a takes the turn
+    kept = running["b"]
+    chosen, running = rotate(two, ["a"], running)
+    assert (chosen, running["b"]) == ("a", kept)
+    # b removed and c added: b's weight is dropped, c starts from nothing and gets its share
+    three = convert([{"deliveryEndpointId": "a", "weight": 1}, {"deliveryEndpointId": "c", "weight": 1}])
+    counts: Counter[str] = Counter()
+    for _ in range(100):
+        chosen, running = rotate(three, ["a", "c"], running)
+        counts[chosen] += 1
+    assert "b" not in running and abs(counts["a"] - counts["c"]) <= 2

@@ -6,6 +6,7 @@ webhooks, GET /api/v1/endpoints shows it all, and pause and resume work through 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +17,12 @@ from standardwebhooks.webhooks import Webhook as Verifier
 
 from appliance.jobs.ticker import purge_old_activity
 from appliance.runtime import Runtime
+from appliance.services import tenancy
 from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock, clock  # noqa: F401 (the clock fixture)
-from tests.worker_helpers import endpoint, lead_body, live_app, status_is, submit, wait_for
+from tests.worker_helpers import endpoint, lead_body, lead_of, live_app, status_is, submit, wait_for
 
 
 @pytest.fixture
@@ -167,7 +169,7 @@ def test_pause_and_resume_are_sent_to_webhooks_signed(live, runtime):
     assert [e["type"] for e in events] == ["endpoint.paused", "endpoint.resumed"]
     paused = events[0]["data"]
     assert (paused["deliveryEndpointId"], paused["state"], paused["host"]) == ("ep", "paused", "buyer.example.com")
-    assert "1 errors in a row" in paused["pausedReason"]
+    assert "after 1 error in a row" in paused["pausedReason"]
     assert events[1]["data"]["state"] == "active"
     assert "pw" not in str(events) and "k1" not in str(events)
 
@@ -241,3 +243,98 @@ def test_answers_per_hour_are_kept_as_long_as_the_activity_log(live, runtime, cl
     asyncio.run(purge_old_activity(runtime))
     assert runtime.store.reader().endpoints.answers_since(tenant.tenant_id, "2026") == {}
     assert endpoints_of(live, tenant)["ep"]["lastSuccessAt"] == "2026-03-10T15:00:00.000Z"  # health stays
+
+
+def distributed(runtime, *buyers: dict, **limits):
+    return tenant_with(runtime, *buyers, delivery={"distribution": {
+        "endpoints": [{"deliveryEndpointId": b["deliveryEndpointId"]} for b in buyers]}, **limits})
+
+
+def echo(lead: dict) -> str:
+    return lead["submissions"][-1]["responseFields"]["echo"]
+
+
+def test_when_every_buyer_is_paused_the_first_resumed_takes_the_lead(live, runtime):
+    tenant = distributed(runtime, endpoint("a"), endpoint("b"))
+    for buyer_id in "ab":
+        post(live, tenant, f"/api/v1/endpoints/{buyer_id}/pause", {})
+    data = submit(live, tenant, lead_body("HL1"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("queued"))
+    assert "every delivery endpoint left for the lead is paused" in lead["submissions"][-1]["result"]
+    post(live, tenant, "/api/v1/endpoints/b/resume", {})
+    assert echo(wait_for(live, tenant, data["leadId"], status_is("delivered"))) == "b"
+
+
+def test_a_buyer_paused_by_an_error_hands_the_lead_to_the_next_one(live, runtime):
+    tenant = distributed(runtime, endpoint("a", healthPolicy={"pauseAfterConsecutiveErrors": 1},
+                                           config={"answers": "error"}), endpoint("b"))
+    data = submit(live, tenant, lead_body("HL1"))
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert echo(lead) == "b"
+    assert [(e["type"], e["details"]["deliveryEndpointId"]) for e in lead["submissions"][-1]["journeyEvents"]
+            if e["type"] in ("delivery_error", "delivered")] == [("delivery_error", "a"), ("delivered", "b")]
+    assert endpoints_of(live, tenant)["a"]["state"] == "paused"
+
+
+def test_a_retry_whose_buyer_was_paused_meanwhile_goes_to_the_next_one(live, runtime, clock):
+    tenant = distributed(runtime, endpoint("a", config={"answers": "error"}, retry={"maxAttempts": 3,
+                                                                                  "backoffSeconds": [60]}),
+                         endpoint("b"))
+    data = submit(live, tenant, lead_body("HL1"))
+    wait_for(live, tenant, data["leadId"], lambda l: l["submissions"][-1]["journeyEvents"][-1]["type"]
+             == "delivery_error")
+    post(live, tenant, "/api/v1/endpoints/a/pause", {})
+    clock.advance(seconds=61)
+    assert echo(wait_for(live, tenant, data["leadId"], status_is("delivered"))) == "b"
+
+
+def test_an_import_lets_a_waiting_lead_go_where_its_campaign_now_sends(live, runtime):
+    tenant = tenant_with(runtime, endpoint("x"), endpoint("y"))
+    post(live, tenant, "/api/v1/endpoints/x/pause", {})
+    data = submit(live, tenant, lead_body("HL1"))
+    wait_for(live, tenant, data["leadId"], status_is("queued"))
+    tenancy.import_bundle(runtime, tenant.tenant_id, json.dumps({"campaigns": [campaign(
+        "HL1", "Health", delivery={"deliveryEndpointId": "y"})]}).encode(), "json")
+    assert echo(wait_for(live, tenant, data["leadId"], status_is("delivered"))) == "y"
+
+
+def test_redeliver_of_queued_leads_looks_again_at_a_waiting_one(live, runtime):
+    tenant = tenant_with(runtime, endpoint("x"))
+    post(live, tenant, "/api/v1/endpoints/x/pause", {})
+    data = submit(live, tenant, lead_body("HL1"))
+    wait_for(live, tenant, data["leadId"], status_is("queued"))
+    answer = post(live, tenant, "/api/v1/leads/redeliver", {"status": "queued"})
+    assert (answer["matched"], answer["reposted"]) == (1, 1)
+    wait_for(live, tenant, data["leadId"], lambda l: jobs(runtime, data["submissionId"]) == ["paused"])  # parked again
+    post(live, tenant, "/api/v1/endpoints/x/resume", {})
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+
+
+def test_a_waiting_lead_holds_no_delivery_limit_slot(live, runtime):
+    tenant = tenant_with(runtime, endpoint("x"), delivery={"deliveryEndpointId": "x", "deliveryLimits": [
+        {"cap": 1, "type": "daily"}]})
+    post(live, tenant, "/api/v1/endpoints/x/pause", {})
+    first, second = (submit(live, tenant, lead_body("HL1")) for _ in range(2))
+    for data in (first, second):
+        wait_for(live, tenant, data["leadId"], status_is("queued"))
+    counted = runtime.store.sqlite.reader().execute("SELECT coalesce(sum(count), 0) FROM cap_counters").fetchone()[0]
+    assert counted == 0  # each took the slot, then gave it back when it was parked
+    post(live, tenant, "/api/v1/endpoints/x/resume", {})
+    wait_for(live, tenant, first["leadId"], status_is("delivered"))
+    second_lead = wait_for(live, tenant, second["leadId"], lambda l: "limit" in l["submissions"][-1]["result"])
+    assert second_lead["status"] == "queued"  # the limit of 1 holds
+    assert "daily delivery limit of 1 reached" in second_lead["submissions"][-1]["result"]
+
+
+def test_a_lead_changed_by_an_operator_while_it_waits_stays_as_they_left_it(live, runtime):
+    tenant = tenant_with(runtime, endpoint("x"))
+    post(live, tenant, "/api/v1/endpoints/x/pause", {})
+    data = submit(live, tenant, lead_body("HL1"))
+    wait_for(live, tenant, data["leadId"], status_is("queued"))
+    response = live.patch(f"/api/v1/submissions/{data['submissionId']}", json={"status": "disqualified"},
+                          headers=tenant.headers)
+    assert response.status_code == 200, response.text
+    assert jobs(runtime, data["submissionId"]) == ["cancelled"]
+    post(live, tenant, "/api/v1/endpoints/x/resume", {})
+    assert endpoints_of(live, tenant)["x"]["last24h"]["delivered"] == 0
+    assert lead_of(live, tenant, data["leadId"])["status"] == "disqualified"

@@ -426,6 +426,9 @@ class Ingestion(Model):
 
 # 2.1.6 delivery
 
+MAX_WEIGHT = 1_000_000  # the rotation adds weights up: keep the sums exact in a float
+
+
 class DistributionEndpoint(Model):
     """One buyer of a campaign that sells to several. Its own limits and schedule, when set,
     only move a lead on to the next buyer (and queue it when no buyer has room); its
@@ -442,8 +445,8 @@ class DistributionEndpoint(Model):
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():
             invalid("deliveryEndpointId", "must not be empty")
-        if not self.weight > 0:
-            invalid("weight", "must be greater than 0")
+        if not 0 < self.weight <= MAX_WEIGHT:
+            invalid("weight", f"must be greater than 0 and at most {MAX_WEIGHT:,}")
         if any(limit.action != "queue" for limit in self.delivery_limits):
             invalid("deliveryLimits", "a buyer's own limits can only queue (the lead moves on to the next buyer)")
         if self.delivery_schedule is not None and self.delivery_schedule.action != "queue":
@@ -459,8 +462,8 @@ class Distribution(Model):
     endpoints: list[DistributionEndpoint] = []
 
     def __post_init__(self) -> None:
-        if not self.endpoints:
-            invalid("endpoints", "must name at least one delivery endpoint")
+        if not any(entry.active for entry in self.endpoints):
+            invalid("endpoints", "must name at least one active delivery endpoint")
         seen: set[str] = set()
         for entry in self.endpoints:
             if entry.delivery_endpoint_id in seen:

@@ -46,9 +46,9 @@ def after_answer(health: EndpointHealth, outcome: str, reason: str | None, polic
         return updated, False
     cause = None
     if policy.pause_after_consecutive_errors and errors >= policy.pause_after_consecutive_errors:
-        cause = f"{errors} errors in a row"
+        cause = f"{errors} error{'s' if errors != 1 else ''} in a row"
     elif policy.pause_after_consecutive_failures and failures >= policy.pause_after_consecutive_failures:
-        cause = f"{failures} failures in a row"
+        cause = f"{failures} failure{'s' if failures != 1 else ''} in a row"
     if cause is None:
         return updated, False
     return paused(updated, f"paused by its health policy after {cause} (last: {reason or outcome})", now), True

@@ -252,6 +252,7 @@ class DeliveryWorker:
         if not isinstance(target, str | None):  # STOPPED: the job waits for a paused endpoint or an
             return  # endpoint's room, or the waterfall ended
         crash: JourneyError | None = None
+        asked = False  # the buyer was asked: only its answers move its health, not our own problems
         opened = self._endpoint(attempt, target)
         endpoint = opened.endpoint if opened is not None else None
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
@@ -263,6 +264,7 @@ class DeliveryWorker:
         elif adapter is None:
             result = DeliveryResult(outcome="error", reason=f"no delivery adapter named {endpoint.adapter!r}")
         else:
+            asked = True
             request = DeliveryRequest(
                 lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
                 endpoint=endpoint, secrets=opened.secrets,
@@ -278,7 +280,7 @@ class DeliveryWorker:
                 log.error("delivery adapter %r raised %s\n%s", endpoint.adapter, crash.message, crash.stack)
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {crash.message}")
             result = scrubbed(result, opened.scrubber)
-        await self._record(attempt, reserved, result, endpoint, crash, target)
+        await self._record(attempt, reserved, result, endpoint, crash, target if asked else None, target)
 
     # ---- which endpoint -----------------------------------------------------------------------
 
@@ -300,35 +302,42 @@ class DeliveryWorker:
                 return STOPPED
         return target
 
-    def _park(self, tx: Session, attempt: Attempt, endpoint_id: str, *, attempted: bool,
-              step: tuple[str, str] | None = None, outcome: tuple | None = None) -> bool:
+    def _park(self, tx: Session, attempt: Attempt, endpoint_id: str | None, *, attempted: bool,
+              step: tuple[str, str] | None = None, outcome: tuple | None = None, details: dict | None = None,
+              error: JourneyError | None = None) -> bool:
         """The job waits for its paused endpoint (read again here, in the write transaction: a
-        resume committed since is seen) and the lead shows `queued`. `step`: the answer that
-        came just before, as (event kind, reason)."""
+        resume committed since is seen), or with None for any endpoint of its distribution, and
+        the lead shows `queued`. `step`: the answer that came just before, as (event kind,
+        reason), with its `outcome`, `details` and `error`."""
         job = attempt.job
-        if not tx.endpoints.is_paused(job.tenant_id, endpoint_id):
+        if endpoint_id is not None and not tx.endpoints.is_paused(job.tenant_id, endpoint_id):
             return False
-        if not tx.jobs.park(job.tenant_id, job.job_id, endpoint_id, iso(self.runtime.clock.now()),
-                            f"delivery endpoint {endpoint_id} is paused", attempted=attempted):
-            return True  # cancelled meanwhile: nothing to record
+        waits_for = f"delivery endpoint {endpoint_id} is paused" if endpoint_id is not None \
+            else "every delivery endpoint left for the lead is paused"
+        if not tx.jobs.park(job.tenant_id, job.job_id, endpoint_id, iso(self.runtime.clock.now()), waits_for,
+                            attempted=attempted):
+            if step is not None:  # cancelled meanwhile: the buyer's answer is still noted
+                self._settle(tx, attempt, outcome, None, step[1], job_state=None, event_kind=step[0],
+                             details=details, error=error)
+            return True
         kind, said = step or ("endpoint_paused", "")
-        reason = f"{said + '; ' if said else ''}delivery endpoint {endpoint_id} is paused; the lead waits for it"
+        reason = f"{said + '; ' if said else ''}{waits_for}; the lead waits for it"
         self._settle(tx, attempt, outcome, "queued", reason, job_state=None, event_kind=kind,
-                     details={"deliveryEndpointId": endpoint_id})
+                     details=details or {"deliveryEndpointId": endpoint_id}, error=error)
         return True
 
     def _choose(self, tx: Session, attempt: Attempt, campaign: Campaign, distribution: Distribution) -> str | None:
         """In the write transaction: the distribution's endpoint for this attempt, its own limit
         slots taken and the choice kept on the job. A job that chose before (an error being
-        retried) stays with its endpoint; else the first endpoint not tried yet that is not
-        paused and has room, the rotation choosing among them for a lead's first try. None:
-        every endpoint left is paused (parked), full or closed (queued), or none is left."""
+        retried) stays with its endpoint while it is in the distribution and not paused; else
+        the first endpoint not tried yet that is not paused and has room, the rotation choosing
+        among them for a lead's first try. None: every endpoint left is paused (parked), full or
+        closed (queued), or none is left."""
         job, now = attempt.job, attempt.now
         tenant_id = job.tenant_id
-        if job.endpoint_id is not None:
-            entries = [e for e in distribution.endpoints if e.delivery_endpoint_id == job.endpoint_id]
-            if not entries:  # no longer in the distribution: it goes where it was going
-                return job.endpoint_id if not self._park(tx, attempt, job.endpoint_id, attempted=False) else None
+        pinned = [e for e in distribution.endpoints if e.delivery_endpoint_id == job.endpoint_id]
+        if pinned and not tx.endpoints.is_paused(tenant_id, pinned[0].delivery_endpoint_id):
+            entries = pinned
         else:
             entries = untried(distribution, job.tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
                               today=now.date())
@@ -357,10 +366,11 @@ class DeliveryWorker:
                 self._settle(tx, attempt, None, "queued", f"{first.reason}; released at {iso(first.release_at)}",
                              job_state=None, event_kind="queued")
             else:
-                self._park(tx, attempt, paused_ids[0], attempted=False)
+                self._park(tx, attempt, entries[0].delivery_endpoint_id if entries is pinned else None,
+                           attempted=False)
             return None
         chosen, gate = open_entries[0]
-        if job.endpoint_id is None and not job.tried and rotates(distribution):
+        if entries is not pinned and not job.tried and rotates(distribution):
             ids = [entry.delivery_endpoint_id for entry, _ in open_entries]
             chosen_id, weights = rotate(distribution, ids, tx.endpoints.rotation(tenant_id, campaign.campaign_id))
             tx.endpoints.save_rotation(tenant_id, campaign.campaign_id, weights)
@@ -465,9 +475,10 @@ class DeliveryWorker:
 
     async def _record(self, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
                       endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None,
-                      target: str | None = None) -> None:
+                      asked: str | None = None, target: str | None = None) -> None:
+        """`target`: the endpoint meant; `asked`: the endpoint whose adapter answered (its health)."""
         recorded = await self.runtime.store.write(
-            lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash, target))
+            lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash, asked, target))
         # Counted and logged once it is committed (a write unit may run more than once).
         job, where_to = attempt.job, target or "-"
         self.runtime.metrics.deliveries[(result.outcome, where_to)] += 1
@@ -490,7 +501,8 @@ class DeliveryWorker:
             log.warning("delivery to %s refused by the buyer (%s): %s", where_to, result.outcome, result.reason)
 
     def _record_unit(self, tx: Session, attempt: Attempt, reserved: Reserved | None, result: DeliveryResult,
-                     endpoint: DeliveryEndpoint | None, crash: JourneyError | None, target: str | None) -> Recorded:
+                     endpoint: DeliveryEndpoint | None, crash: JourneyError | None, asked: str | None,
+                     target: str | None) -> Recorded:
         job, now_dt = attempt.job, self.runtime.clock.now()
         now = iso(now_dt)
         posting = PostingOutcome(success=result.outcome == "success", client_lead_id=result.client_lead_id,
@@ -502,15 +514,23 @@ class DeliveryWorker:
         details = {"outcome": result.outcome, "attempt": job.attempts, "statusCode": result.status_code,
                    "deliveryEndpointId": target}
         outcome = (posting, delivery, result)
-        paused_reason = self._answered(tx, attempt, target, endpoint, result, now_dt) if target else None
+        paused_reason = self._answered(tx, attempt, asked, endpoint, result, now_dt) if asked else None
         if result.outcome == "success":
             self._settle(tx, attempt, outcome, "delivered", result.message or "delivered",
                          job_state="done", event_kind="delivered", details=details, endpoint_id=target)
             return Recorded(paused_reason)
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
         if result.outcome == "error" and target and tx.endpoints.is_paused(job.tenant_id, target):
-            step = ("delivery_error", result.reason or "error")
-            if self._park(tx, attempt, target, attempted=True, step=step, outcome=outcome):
+            # The buyer is paused: the lead does not use up its retries on it. With a distribution
+            # it goes on to another buyer (it may come back here after the resume), else it waits.
+            said = result.reason or "error"
+            if self._next_endpoint(tx, attempt, target, tried_target=False):
+                self._settle(tx, attempt, outcome, None, f"{said}; delivery endpoint {target} is paused, the lead"
+                             " goes on to another endpoint", job_state="done", event_kind="delivery_error",
+                             details=details, error=crash)
+                return Recorded(paused_reason, next_endpoint=True)
+            if self._park(tx, attempt, target, attempted=True, step=("delivery_error", said), outcome=outcome,
+                          details=details, error=crash):
                 return Recorded(paused_reason, waiting=True)
         if result.outcome == "error" and retries_left(endpoint, job.attempts):
             due = iso(now_dt + timedelta(seconds=float(retry_delay(endpoint, job.attempts))))
@@ -547,9 +567,10 @@ class DeliveryWorker:
                                   item_of(tx, tenant_id, endpoint, now_dt), now)
         return health.paused_reason
 
-    def _next_endpoint(self, tx: Session, attempt: Attempt, target: str) -> bool:
+    def _next_endpoint(self, tx: Session, attempt: Attempt, target: str, *, tried_target: bool = True) -> bool:
         """After a refusal (or retries exhausted): when the campaign's distribution has an endpoint
-        left for this lead, a new job takes the lead there (the waterfall) and True."""
+        left for this lead, a new job takes the lead there (the waterfall) and True.
+        `tried_target` False: the target paused, it stays among the endpoints to try."""
         campaign = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
         distribution = campaign.delivery.distribution if campaign is not None else None
         if distribution is None or endpoint_override(attempt.submission) is not None:
@@ -557,9 +578,10 @@ class DeliveryWorker:
         job = attempt.job
         if tx.jobs.job_state(job.job_id) == "cancelled":
             return False  # an operator changed the lead meanwhile: nothing goes on
-        tried = (*job.tried, target)
-        if not untried(distribution, tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
-                       today=attempt.now.date()):
+        tried = (*job.tried, target) if tried_target else job.tried
+        others = untried(distribution, tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+                         today=attempt.now.date())
+        if not any(e.delivery_endpoint_id != target for e in others):
             return False
         now = iso(self.runtime.clock.now())
         tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,

@@ -92,7 +92,7 @@ async def return_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str
                                source_id=lead.source_id, delivery_endpoint_id=endpoint_id)
         if lines:
             tx.ledger.record(tenant_id, lead_id, submission_id, lines, now)
-        earn(tx, settings, tenant_id, returned, submission_id, (RETURNED,), now_dt)
+        earn(tx, settings, tenant_id, returned, submission_id, (RETURNED,), now_dt, endpoint_id=endpoint_id)
         record_lead_events(tx, settings, tenant_id, returned, submission, (RETURNED,), now)
         entry = None
         if lines:

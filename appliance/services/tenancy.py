@@ -102,6 +102,7 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
         tx.tenants.revoke_key(key_id, now)
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
+        tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now
 
     runtime.store.write_sync(unit, may_refuse=True)
     runtime.store.announce_admin_change()
@@ -172,6 +173,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
             tx.catalog.upsert_campaign(tenant_id, campaign, now)
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
+        tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now
 
     runtime.store.write_sync(unit, may_refuse=True)
     runtime.store.announce_admin_change()

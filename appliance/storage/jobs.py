@@ -85,22 +85,26 @@ class Jobs:
         """The endpoint this delivery goes to: kept, so an attempt run again goes to the same buyer."""
         self._conn.execute("UPDATE jobs SET endpoint_id = ? WHERE job_id = ?", (endpoint_id, job_id))
 
-    def park(self, tenant_id: str, job_id: int, endpoint_id: str, now: str, reason: str, *, attempted: bool) -> bool:
-        """A running job waits for its paused endpoint, its limit slots given back; `release_paused`
-        wakes it. `attempted`: the endpoint was tried this time (the attempt counts)."""
+    def park(self, tenant_id: str, job_id: int, endpoint_id: str | None, now: str, reason: str, *,
+             attempted: bool) -> bool:
+        """A running job waits for its paused endpoint (None: for any endpoint of its campaign's
+        distribution), its limit slots given back; `release_paused` wakes it. `attempted`: the
+        endpoint was tried this time (the attempt counts)."""
+        self.release_reservations(tenant_id, job_id)
         if self.job_state(job_id) != "running":
             return False  # cancelled meanwhile: stays cancelled
-        self.release_reservations(tenant_id, job_id)
         self._conn.execute(
             "UPDATE jobs SET state = 'paused', endpoint_id = ?, updated_at = ?, last_error = ?,"
             " attempts = attempts - ? WHERE job_id = ?", (endpoint_id, now, reason, 0 if attempted else 1, job_id))
         return True
 
-    def release_paused(self, tenant_id: str, endpoint_id: str, now: str) -> int:
-        """The jobs waiting for the endpoint, due at once."""
+    def release_paused(self, tenant_id: str, endpoint_id: str | None, now: str) -> int:
+        """The jobs waiting for the endpoint, and those waiting for any endpoint of a distribution,
+        due at once; `endpoint_id` None: every waiting job of the tenant (its configuration
+        changed: a job may no longer go where it waited to go)."""
         self._conn.execute(
-            "UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE tenant_id = ?2 AND endpoint_id = ?3"
-            " AND state = 'paused'", (now, tenant_id, endpoint_id))
+            "UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE tenant_id = ?2 AND state = 'paused'"
+            " AND (?3 IS NULL OR endpoint_id IS NULL OR endpoint_id = ?3)", (now, tenant_id, endpoint_id))
         return self._conn.changes()
 
     def paused_counts(self, tenant_id: str) -> dict[str, int]:
@@ -148,9 +152,11 @@ class Jobs:
             self._conn.execute("UPDATE jobs SET reservations = NULL WHERE job_id = ?", (job_id,))
 
     def due_now(self, submission_id: str, now: str) -> int:
-        """A submission's waiting delivery job (queued for a window or a limit) tried at once."""
-        self._conn.execute("UPDATE jobs SET due_at = ?, updated_at = ? WHERE submission_id = ? AND kind = 'deliver'"
-                           " AND state = 'ready' AND due_at > ?", (now, now, submission_id, now))
+        """A submission's waiting delivery job (queued for a window or a limit, or parked for a
+        paused endpoint) tried at once; a paused endpoint parks it again."""
+        self._conn.execute("UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE submission_id = ?2"
+                           " AND kind = 'deliver' AND ((state = 'ready' AND due_at > ?1) OR state = 'paused')",
+                           (now, submission_id))
         return self._conn.changes()
 
     def job_state(self, job_id: int) -> str | None:
