@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,9 @@ from appliance.app import create_app
 from appliance.cli import main as cli_main
 from appliance.config import Config, load_config
 from appliance.runtime import Runtime, create_runtime
+from appliance.storage.postgres.store import PgStore
 from tests.bundles import standard_bundle
+from tests.postgres_cluster import TEMPLATE, Cluster, server_bin
 
 # CI runs the property tests with a fixed seed, so a red run is repeatable and a green one stays
 # green; locally each run explores new examples.
@@ -132,3 +135,38 @@ def cli(bare_cli: Cli) -> Cli:
     """The CLI of an install made by `appliance init`, as an operator starts."""
     bare_cli("init")
     return bare_cli
+
+
+# ---- PostgreSQL ---------------------------------------------------------------------------------
+# APPLIANCE_TEST_BACKEND=postgresql runs every test built on `config_file` (and so `runtime`,
+# `client`, `cli`) against a fresh PostgreSQL database; the tests of the PostgreSQL store itself
+# always do. The cluster starts once per session (tests/postgres_cluster.py).
+
+TEST_BACKEND = os.environ.get("APPLIANCE_TEST_BACKEND", "sqlite")
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Cluster]:
+    bin_dir = server_bin()
+    if bin_dir is None:
+        reason = "PostgreSQL server binaries (initdb, pg_ctl) not found: bash .ci/postgres installs them"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    cluster = Cluster(bin_dir)
+    cluster.start()
+    try:
+        cluster.admin(f"CREATE DATABASE {TEMPLATE}")
+        PgStore.open_url(cluster.url(TEMPLATE)).close()  # the migrations, once: each test copies them
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_cluster: Cluster) -> Iterator[str]:
+    """A fresh, migrated database of its own for the test."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    postgres_cluster.admin(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    yield postgres_cluster.url(name)
+    postgres_cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")

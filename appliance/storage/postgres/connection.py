@@ -1,0 +1,139 @@
+"""A psycopg connection shaped like the apsw one the repositories were written against:
+`execute` and `executemany` taking `?` / `?N` parameters, `changes()` and `total_changes()`, and
+use as a context manager for one transaction. The repositories' standard SQL thus runs on both
+engines; what PostgreSQL spells differently is overridden per repository (repositories.py).
+
+The translation is mechanical and cached per statement: `?` and `?N` become `%s` (the values
+reordered and repeated as `?N` asks), a literal `%` is doubled for psycopg, string literals are
+left alone, and SQLite's planner hint `INDEXED BY name` is dropped (PostgreSQL plans with its own
+statistics)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.types.string import StrDumper
+
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%|\s+INDEXED BY \w+")
+
+
+@lru_cache(maxsize=4096)
+def translate(sql: str) -> tuple[str, tuple[int, ...] | None]:
+    """(psycopg SQL, the index of the value each placeholder takes; None: in order)."""
+    order: list[int] = []
+    numbered = False
+
+    def swap(match: re.Match) -> str:
+        nonlocal numbered
+        token = match.group(0)
+        if token == "%":
+            return "%%"
+        if token.startswith("?"):
+            if match.group(1):
+                numbered = True
+                order.append(int(match.group(1)) - 1)
+            else:
+                order.append(len(order))
+            return "%s"
+        if token.lstrip().startswith("INDEXED BY"):
+            return ""
+        return token  # a string literal
+
+    translated = _TOKEN.sub(swap, sql)
+    return translated, tuple(order) if numbered else None
+
+
+def _values(params: Sequence[Any] | None, order: tuple[int, ...] | None) -> Sequence[Any] | None:
+    if params is None or order is None:
+        return params
+    return [params[i] for i in order]
+
+
+class _IntegralNumeric(Loader):
+    """sum() of an integer column is `numeric` in PostgreSQL; the callers expect what SQLite
+    gives: an int (a float where the value has a fraction)."""
+
+    def load(self, data: bytes) -> int | float:
+        text = bytes(data).decode()
+        return float(text) if "." in text or "e" in text.lower() or text == "NaN" else int(text)
+
+
+def configure(raw: psycopg.Connection) -> None:
+    """Adapters every appliance connection uses: str sent as `text` (so `? IS NULL` has a type),
+    numeric read as SQLite would answer."""
+    raw.adapters.register_dumper(str, StrDumper)
+    raw.adapters.register_loader("numeric", _IntegralNumeric)
+
+
+class Cursor:
+    """What `execute` returns: rows by iteration, `fetchone` and `fetchall`."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: psycopg.Cursor) -> None:
+        self._cur = cur
+
+    def fetchone(self) -> tuple | None:
+        return self._cur.fetchone() if self._cur.description is not None else None
+
+    def fetchall(self) -> list[tuple]:
+        return self._cur.fetchall() if self._cur.description is not None else []
+
+    def __iter__(self):
+        return iter(self.fetchall())
+
+
+class PgConnection:
+    """One psycopg connection as the repositories use it."""
+
+    __slots__ = ("_changes", "_total", "_tx", "raw")
+
+    def __init__(self, raw: psycopg.Connection) -> None:
+        self.raw = raw
+        self._changes = 0
+        self._total = 0
+        self._tx: psycopg.Transaction | None = None
+
+    def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
+        text, order = translate(sql)
+        cur = self.raw.cursor()
+        cur.execute(text, _values(params, order) if params else None)
+        self._count(cur.rowcount)
+        return Cursor(cur)
+
+    def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
+        text, order = translate(sql)
+        rows = [_values(row, order) for row in rows]
+        if not rows:
+            self._changes = 0
+            return
+        with self.raw.cursor() as cur:
+            cur.executemany(text, rows)
+            self._count(cur.rowcount)
+
+    def _count(self, rowcount: int) -> None:
+        self._changes = max(rowcount, 0)
+        self._total += self._changes
+
+    def changes(self) -> int:
+        """Rows the last statement changed."""
+        return self._changes
+
+    def total_changes(self) -> int:
+        """Rows changed on this connection so far (differences of two readings are what counts)."""
+        return self._total
+
+    def __enter__(self) -> PgConnection:
+        self._tx = self.raw.transaction()
+        self._tx.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> bool | None:
+        tx, self._tx = self._tx, None
+        assert tx is not None
+        return tx.__exit__(*exc)

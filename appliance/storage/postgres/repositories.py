@@ -1,0 +1,297 @@
+"""The repositories on PostgreSQL: each subclasses its SQLite one (same methods, same records)
+and overrides only the statements PostgreSQL spells differently (INSERT OR IGNORE/REPLACE, an
+upsert without a conflict target, rowid, FTS5, json_extract, total(), scalar max(), a parameter
+whose type only its value tells). Everything else runs the SQLite module's SQL through
+connection.py's placeholder translation."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+
+import msgspec
+
+from appliance.domain.lead import LeadRecord
+from appliance.ids import new_id
+from appliance.storage.caps import Caps
+from appliance.storage.catalog import CampaignFilter, Catalog, _like
+from appliance.storage.endpoints import _COUNTED, _HEALTH, Endpoints
+from appliance.storage.jobs import Job, Jobs
+from appliance.storage.leads import (
+    _INSERT_LEAD,
+    _LEAD_ROW,
+    _LEADS,
+    LeadFilter,
+    Leads,
+    _lead_row,
+    _names,
+)
+from appliance.storage.ledger import Ledger
+from appliance.storage.postgres.connection import PgConnection
+from appliance.storage.reports import _MONEY_KEYS, Reports, _pieces
+from appliance.storage.suppression import Suppression
+
+_BUCKETS = (("", 900), ("_daily", 86400))
+
+
+def _epoch(created_at: str) -> int:
+    """SQLite's coalesce(unixepoch(t), 0): seconds since the epoch, 0 for a time that does not parse."""
+    try:
+        return int(datetime.fromisoformat(created_at).timestamp())
+    except (TypeError, ValueError):
+        return 0
+
+
+def count_leads(conn: PgConnection, tenant_id: str,
+                counts: Mapping[tuple[str, str | None, str | None, str | None, str], int]) -> None:
+    """reports.count_leads: the bucket computed here rather than by unixepoch()."""
+    for table, seconds in _BUCKETS:
+        conn.executemany(
+            f"INSERT INTO report_leads{table} VALUES (?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, ?)"
+            " ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status)"
+            f" DO UPDATE SET leads = report_leads{table}.leads + excluded.leads",
+            [(tenant_id, _epoch(created_at) // seconds, campaign, client, source, status, step)
+             for (created_at, campaign, client, source, status), step in counts.items()])
+
+
+def _count_lead(conn: PgConnection, tenant_id: str, created_at: str, campaign_id: str | None,
+                client_id: str | None, source_id: str | None, status: str, step: int) -> None:
+    count_leads(conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): step})
+
+
+_FTS5_TERM = re.compile(r'"((?:[^"]|"")*)"\*')
+
+
+def _tsquery(fts5: str) -> str:
+    """The API's FTS5 name query (`"jan"* "doe"*`: every word, prefix-matched) as a tsquery."""
+    words = [term.replace('""', '"') for term in _FTS5_TERM.findall(fts5)]
+    return " & ".join("'" + word.replace("\\", "\\\\").replace("'", "''") + "':*" for word in words)
+
+
+class PgLeads(Leads):
+    __slots__ = ()
+
+    def insert_lead(self, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
+        (seq,) = self._conn.execute(_INSERT_LEAD + " RETURNING seq",
+                                    _lead_row(tenant_id, lead, intake_campaign_id)).fetchone()
+        if names := _names(lead):
+            self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (seq, names))
+        _count_lead(self._conn, tenant_id, lead.created_at, lead.campaign_id, lead.client_id, lead.source_id,
+                    lead.status, 1)
+
+    def insert_leads(self, tenant_id: str, leads: Sequence[LeadRecord], intake_campaign_id: str) -> None:
+        self._conn.executemany(_INSERT_LEAD, [_lead_row(tenant_id, lead, intake_campaign_id) for lead in leads])
+        self._conn.executemany("INSERT INTO leads_names(seq, name) SELECT seq, ? FROM leads WHERE lead_id = ?",
+                               [(names, lead.lead_id) for lead in leads if (names := _names(lead))])
+        count_leads(self._conn, tenant_id, Counter(
+            (lead.created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status) for lead in leads))
+
+    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
+        was = self._conn.execute(
+            "SELECT status, campaign_id, client_id, source_id, created_at FROM leads"
+            " WHERE tenant_id = ? AND lead_id = ?", (tenant_id, lead.lead_id)).fetchone()
+        found = self._conn.execute(
+            "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
+            " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ? RETURNING seq",
+            (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
+             lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
+        ).fetchone()
+        if was is not None and was[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+            status, campaign_id, client_id, source_id, created_at = was
+            count_leads(self._conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): -1,
+                                                (created_at, lead.campaign_id, lead.client_id, lead.source_id,
+                                                 lead.status): 1})
+        if names_changed and found is not None:
+            self._conn.execute("DELETE FROM leads_names WHERE seq = ?", found)
+            if names := _names(lead):
+                self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (found[0], names))
+
+    def lead_page(self, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
+        """One page of leads, newest first; PostgreSQL's planner picks the index from its
+        statistics, so this is one statement whatever the filter."""
+        clauses, params = ["l.tenant_id = ?"], [tenant_id]
+        for column, values in (("campaign_id", where.campaign_ids), ("client_id", where.client_ids),
+                               ("offer_id", where.offer_ids)):
+            if values:
+                clauses.append(f"l.{column} IN ({','.join('?' * len(values))})")
+                params.extend(values)
+        for column, value in (("status", where.status), ("email", where.email), ("phone_e164", where.phone_e164),
+                              ("lead_id", where.lead_id)):
+            if value is not None:
+                clauses.append(f"l.{column} = ?")
+                params.append(value)
+        if where.after_id is not None:
+            clauses.append("l.lead_id >= ?")
+            params.append(where.after_id)
+        if where.before_id is not None:
+            clauses.append("l.lead_id < ?")
+            params.append(where.before_id)
+        if where.name_query is not None:
+            clauses.append("l.seq IN (SELECT seq FROM leads_names"
+                           " WHERE to_tsvector('simple', name) @@ to_tsquery('simple', ?))")
+            params.append(_tsquery(where.name_query))
+        rows = self._conn.execute(
+            f"SELECT {_LEAD_ROW} FROM leads l WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?",
+            [*params, limit])
+        return [(row[0], _LEADS.json_of(row)) for row in rows]
+
+
+class PgJobs(Jobs):
+    __slots__ = ()
+
+    def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
+                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = ()) -> int:
+        (job_id,) = self._conn.execute(
+            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING job_id",
+            (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
+             msgspec.json.encode(tried).decode() if tried else None),
+        ).fetchone()
+        return job_id
+
+    def claim_due(self, now: str, limit: int) -> list[Job]:
+        # SKIP LOCKED: another process claiming at the same moment takes the next jobs instead of
+        # waiting for these (or failing its serializable transaction over them).
+        return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1"
+            " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
+            "                  ORDER BY due_at, job_id LIMIT ?2 FOR UPDATE SKIP LOCKED)"
+            " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts, endpoint_id, tried",
+            (now, limit),
+        )]
+
+    def release_paused(self, tenant_id: str, endpoint_id: str | None, now: str) -> int:
+        self._conn.execute(
+            "UPDATE jobs SET state = 'ready', due_at = ?1, updated_at = ?1 WHERE tenant_id = ?2 AND state = 'paused'"
+            " AND (?3::text IS NULL OR endpoint_id IS NULL OR endpoint_id = ?3)", (now, tenant_id, endpoint_id))
+        return self._conn.changes()
+
+    def hold_reservations(self, job_id: int, scopes: list[tuple[str, str]]) -> None:
+        found = self._conn.execute("SELECT reservations FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        held = msgspec.json.decode(found[0]) if found and found[0] else []
+        self._conn.execute("UPDATE jobs SET reservations = ? WHERE job_id = ?",
+                           (msgspec.json.encode([*held, *scopes]).decode(), job_id))
+
+    def release_reservations(self, tenant_id: str, job_id: int) -> None:
+        found = self._conn.execute("SELECT reservations FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
+        if found and found[0]:
+            for scope, period in msgspec.json.decode(found[0]):
+                PgCaps(self._conn).take_from_counter(tenant_id, scope, period)
+            self._conn.execute("UPDATE jobs SET reservations = NULL WHERE job_id = ?", (job_id,))
+
+
+class PgCaps(Caps):
+    __slots__ = ()
+
+    def add_to_counter(self, tenant_id: str, scope: str, period_start: str) -> None:
+        self._conn.execute(
+            "INSERT INTO cap_counters(tenant_id, scope, period_start, count) VALUES (?, ?, ?, 1)"
+            " ON CONFLICT(tenant_id, scope, period_start) DO UPDATE SET count = cap_counters.count + 1",
+            (tenant_id, scope, period_start))
+
+    def take_from_counter(self, tenant_id: str, scope: str, period_start: str) -> None:
+        self._conn.execute(
+            "UPDATE cap_counters SET count = greatest(count - 1, 0)"
+            " WHERE tenant_id = ? AND scope = ? AND period_start = ?", (tenant_id, scope, period_start))
+
+
+class PgLedger(Ledger):
+    __slots__ = ()
+
+    def record(self, tenant_id: str, lead_id: str, submission_id: str, lines: Iterable, now: str) -> None:
+        self._conn.executemany(
+            "INSERT INTO ledger_entries(entry_id, tenant_id, lead_id, submission_id, kind, milestone,"
+            " lead_status, amount, currency, campaign_id, client_id, source_id, delivery_endpoint_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            [(new_id("led"), tenant_id, lead_id, submission_id, e.kind, e.milestone, e.lead_status, e.amount,
+              e.currency, e.campaign_id, e.client_id, e.source_id, e.delivery_endpoint_id, now) for e in lines],
+        )
+
+
+class PgReports(Reports):
+    __slots__ = ()
+
+    def money(self, tenant_id: str, by: str, first: int, end: int, *,
+              utc_days: bool = True) -> list[tuple[str | int, str, float, float, float]]:
+        key = _MONEY_KEYS[by]
+        rows: list[tuple[str | int, str, float, float, float]] = []
+        for table, low, high, scale in _pieces(first, end, utc_days):
+            column = f"{key} * {scale}" if key == "bucket" else key
+            rows += self._conn.execute(
+                f"SELECT {column}, currency, sum(cost), sum(revenue), sum(returns) FROM report_money{table}"
+                " WHERE tenant_id = ? AND bucket >= ? AND bucket < ? GROUP BY 1, 2",
+                (tenant_id, low, high)).fetchall()
+        return rows
+
+
+class PgCatalog(Catalog):
+    __slots__ = ()
+
+    def _existing_created_at(self, table: str, id_column: str, tenant_id: str, item_id: str) -> str | None:
+        found = self._conn.execute(
+            f"SELECT convert_from(doc, 'UTF8')::jsonb ->> 'createdAt' FROM {table} WHERE tenant_id = ? AND {id_column} = ?",
+            (tenant_id, item_id),
+        ).fetchone()
+        return found[0] if found else None
+
+    def list_campaigns(self, tenant_id: str, where: CampaignFilter, page: int, limit: int) -> tuple[int, list[bytes]]:
+        # SQLite's LIKE ignores ASCII case: ILIKE here.
+        clauses = ["tenant_id = ?"]
+        params: list = [tenant_id]
+        for column, value in (("active", None if where.active is None else int(where.active)),
+                              ("client_id", where.client_id), ("offer_id", where.offer_id)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if not where.include_archived:
+            clauses.append("archived_at IS NULL")
+        if where.search:
+            clauses.append("(name ILIKE ? ESCAPE '\\' OR campaign_id ILIKE ? ESCAPE '\\'"
+                           " OR client_name ILIKE ? ESCAPE '\\' OR offer_name ILIKE ? ESCAPE '\\')")
+            params.extend([_like(where.search)] * 4)
+        sql_where = " AND ".join(clauses)
+        (total,) = self._conn.execute(f"SELECT count(*) FROM campaigns WHERE {sql_where}", params).fetchone()
+        docs = [doc for (doc,) in self._conn.execute(
+            f"SELECT public_doc FROM campaigns WHERE {sql_where} ORDER BY campaign_id LIMIT ? OFFSET ?",
+            [*params, limit, (page - 1) * limit])]
+        return total, docs
+
+
+class PgEndpoints(Endpoints):
+    __slots__ = ()
+
+    def save_health(self, tenant_id: str, endpoint_id: str, health) -> None:
+        updates = ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _HEALTH.split(","))
+        self._conn.execute(
+            f"INSERT INTO endpoint_health(tenant_id, endpoint_id, {_HEALTH}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f" ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET {updates}",
+            (tenant_id, endpoint_id, *msgspec.structs.astuple(health)))
+
+    def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
+        column = _COUNTED.get(outcome)
+        if column is None:
+            return
+        self._conn.execute(
+            f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}) VALUES (?, ?, ?, 1)"
+            f" ON CONFLICT (tenant_id, endpoint_id, hour) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
+            (tenant_id, endpoint_id, hour))
+
+    def save_rotation(self, tenant_id: str, campaign_id: str, weights: dict[str, float]) -> None:
+        self._conn.execute(
+            "INSERT INTO distribution_rotation(tenant_id, campaign_id, weights) VALUES (?, ?, ?)"
+            " ON CONFLICT (tenant_id, campaign_id) DO UPDATE SET weights = excluded.weights",
+            (tenant_id, campaign_id, msgspec.json.encode(weights)))
+
+
+class PgSuppression(Suppression):
+    __slots__ = ()
+
+    def add_many(self, list_id: str, hashes: Iterable[bytes]) -> int:
+        before = self._conn.total_changes()
+        self._conn.executemany("INSERT INTO suppression_entries(list_id, hash) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                               ((list_id, h) for h in hashes))
+        added = self._conn.total_changes() - before
+        self._count_by(list_id, added)
+        return added

@@ -1,0 +1,187 @@
+"""The PostgreSQL store (appliance/storage/postgres): migrations, write units (serializable, run
+again on conflict, all-or-nothing), errors that name no password, the change signal between
+processes, job claims across stores. A real throwaway cluster (tests/postgres_cluster.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import psycopg
+import pytest
+
+from appliance.storage.db import StorageError
+from appliance.storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
+from appliance.storage.postgres.engine import redact
+from appliance.storage.postgres.migrations import MIGRATIONS, apply
+from appliance.storage.postgres.store import PgStore
+
+NOW = "2026-03-01T12:00:00.000Z"
+
+
+@pytest.fixture
+def store(postgres_url):
+    opened = PgStore.open_url(postgres_url)
+    yield opened
+    opened.close()
+
+
+def test_the_same_migrations_by_name_recorded_and_run_twice_change_nothing(postgres_url):
+    assert [name for name, _ in MIGRATIONS] == [name for name, _ in SQLITE_MIGRATIONS]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        names = [n for (n,) in conn.execute("SELECT name FROM migrations ORDER BY name")]
+        assert names == sorted(name for name, _ in MIGRATIONS)
+        schema = conn.execute("SELECT table_name, column_name, data_type FROM information_schema.columns"
+                              " WHERE table_schema = 'public' ORDER BY 1, 2").fetchall()
+        assert apply(conn) == []
+        PgStore.open_url(postgres_url).close()
+        assert conn.execute("SELECT table_name, column_name, data_type FROM information_schema.columns"
+                            " WHERE table_schema = 'public' ORDER BY 1, 2").fetchall() == schema
+
+
+def test_a_database_whose_text_does_not_sort_byte_by_byte_is_refused(postgres_cluster):
+    postgres_cluster.admin("CREATE DATABASE not_c TEMPLATE template0 LOCALE 'C.UTF-8' ENCODING 'UTF8'")
+    PgStore.open_url(postgres_cluster.url("not_c")).close()  # C.UTF-8 sorts by code point: accepted
+    postgres_cluster.admin("DROP DATABASE not_c")
+    locales = {row[0] for row in psycopg.connect(postgres_cluster.url(), autocommit=True).execute(
+        "SELECT collname FROM pg_collation WHERE collprovider = 'c'")}
+    other = next((name for name in ("en_US.utf8", "en_US.UTF-8", "de_DE.utf8") if name in locales), None)
+    if other is None:
+        pytest.skip("no libc locale other than C in this cluster")
+    postgres_cluster.admin(f"CREATE DATABASE not_c TEMPLATE template0 LOCALE '{other}' ENCODING 'UTF8'")
+    try:
+        with pytest.raises(StorageError, match="collation"):
+            PgStore.open_url(postgres_cluster.url("not_c"))
+    finally:
+        postgres_cluster.admin("DROP DATABASE not_c")
+
+
+def test_concurrent_read_modify_write_units_behave_as_if_run_one_after_another(store):
+    """What the SQLite store's single writer gives for free: 8 threads x 25 units each reading a
+    counter and writing it back one higher lose no increment (serialization failures run again)."""
+    tenant_id = store.write_sync(lambda tx: tx.tenants.create_tenant("A", NOW))
+
+    def bump(tx):
+        value = tx.caps.counter_value(tenant_id, "scope", "")
+        tx.secrets.put(tenant_id, "probe", str(value).encode(), NOW)  # acts on what it read
+        tx.caps.add_to_counter(tenant_id, "scope", "")
+
+    def worker():
+        for _ in range(25):
+            store.write_sync(bump)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.reader().caps.counter_value(tenant_id, "scope", "") == 200
+
+
+def test_a_unit_that_raises_leaves_nothing_and_its_caller_gets_the_error(store):
+    def unit(tx):
+        tx.tenants.create_tenant("kept?", NOW)
+        raise ValueError("refused")
+
+    with pytest.raises(ValueError, match="refused"):
+        store.write_sync(unit)
+    with pytest.raises(ValueError, match="refused"):
+        asyncio.run(store.write(unit, may_refuse=True))
+    assert store.reader().tenants.list_tenants() == []
+
+
+def test_reads_in_a_with_block_see_one_snapshot(store):
+    tenant_id = store.write_sync(lambda tx: tx.tenants.create_tenant("A", NOW))
+    reader = store.reader()
+    with reader as tx:
+        before = tx.tenants.config_rev(tenant_id)
+        done = threading.Thread(target=store.write_sync, args=(lambda w: w.tenants.bump_config_rev(tenant_id),))
+        done.start()
+        done.join()
+        assert tx.tenants.config_rev(tenant_id) == before
+    assert store.reader().tenants.config_rev(tenant_id) == before + 1
+
+
+def test_a_write_after_close_is_a_storage_error(postgres_url):
+    store = PgStore.open_url(postgres_url)
+    store.close()
+    with pytest.raises(StorageError, match="closed"):
+        store.write_sync(lambda tx: tx.tenants.create_tenant("A", NOW))
+
+
+def test_an_unreachable_database_is_one_line_naming_no_password(postgres_cluster):
+    url = f"postgresql://postgres:s3cret-pw@127.0.0.1:{postgres_cluster.port + 1}/nowhere"
+    with pytest.raises(StorageError) as caught:
+        PgStore.open_url(url)
+    message = str(caught.value)
+    assert "s3cret-pw" not in message and "\n" not in message
+    assert "postgres:***@127.0.0.1" in message
+    assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_wrong_credentials_are_a_storage_error_naming_no_password(postgres_cluster):
+    # The cluster trusts everyone; this role alone must give its password.
+    hba = postgres_cluster.data / "pg_hba.conf"
+    trusting = hba.read_text()
+    hba.write_text("host all appliance_pw 127.0.0.1/32 scram-sha-256\n" + trusting)
+    with psycopg.connect(postgres_cluster.url(), autocommit=True) as conn:
+        conn.execute("CREATE ROLE appliance_pw LOGIN PASSWORD 'right-one'")
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        with pytest.raises(StorageError, match="password authentication failed") as caught:
+            PgStore.open_url(f"postgresql://appliance_pw:wrong-one@127.0.0.1:{postgres_cluster.port}/postgres")
+        assert "wrong-one" not in str(caught.value) and "\n" not in str(caught.value)
+    finally:
+        hba.write_text(trusting)
+        with psycopg.connect(postgres_cluster.url(), autocommit=True) as conn:
+            conn.execute("DROP ROLE appliance_pw")
+            conn.execute("SELECT pg_reload_conf()")
+
+
+def test_an_admin_change_reaches_another_store_within_a_second(postgres_url):
+    first, second = PgStore.open_url(postgres_url), PgStore.open_url(postgres_url)
+    try:
+        deadline = time.monotonic() + 5
+        while not second.changes._connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        seen = second.changes.value()
+        first.announce_admin_change()
+        deadline = time.monotonic() + 1
+        while second.changes.value() == seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert second.changes.value() != seen
+    finally:
+        first.close()
+        second.close()
+
+
+def test_two_stores_claiming_at_once_never_claim_a_job_twice(postgres_url):
+    stores = [PgStore.open_url(postgres_url) for _ in range(2)]
+    try:
+        def queue(tx):
+            tenant_id = tx.tenants.create_tenant("A", NOW)
+            for n in range(200):
+                tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=f"lead_{n}",
+                                   submission_id=f"sub_{n}", due_at=NOW, now=NOW)
+
+        stores[0].write_sync(queue)
+        claimed: list[list[int]] = [[], []]
+
+        def claimer(i):
+            while True:
+                jobs = stores[i].write_sync(lambda tx: tx.jobs.claim_due(NOW, 7))
+                if not jobs:
+                    return
+                claimed[i].extend(job.job_id for job in jobs)
+
+        threads = [threading.Thread(target=claimer, args=(i,)) for i in range(2) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        every = claimed[0] + claimed[1]
+        assert len(every) == len(set(every)) == 200
+    finally:
+        for s in stores:
+            s.close()
