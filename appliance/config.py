@@ -15,6 +15,7 @@ import msgspec
 from appliance.model import Settings, describe_validation_error, invalid
 
 CONFIG_ENV = "APPLIANCE_CONFIG"
+DATABASE_URL_ENV = "APPLIANCE_DATABASE_URL"
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
@@ -57,15 +58,29 @@ class LoggingConfig(Settings):
 
 
 class StorageConfig(Settings):
-    path: str = "./data"  # folder holding appliance.db (relative to the working directory)
+    path: str = "./data"  # folder holding appliance.db, or with PostgreSQL the master key and logs
     synchronous: str = "FULL"
     activity_log_days: int = 90  # request log and webhook attempt rows older than this are purged; 0 keeps all
+    backend: str = "sqlite"  # or "postgresql" (experimental: docs/postgresql-progress.md)
+    url: str = ""  # postgresql://user@host:port/db; APPLIANCE_DATABASE_URL, when set, is used instead
 
     def __post_init__(self) -> None:
         if self.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
             invalid("synchronous", "must be FULL, NORMAL or EXTRA")
         if self.activity_log_days < 0:
             invalid("activity_log_days", "must be 0 (keep all) or more")
+        if self.backend not in ("sqlite", "postgresql"):
+            invalid("backend", "must be sqlite or postgresql")
+        if self.url and urlsplit(self.url).scheme not in ("postgresql", "postgres"):
+            invalid("url", "must be a postgresql:// URL")
+        if self.backend == "postgresql" and not (self.url or os.environ.get(DATABASE_URL_ENV)):
+            invalid("url", f"is needed with backend = \"postgresql\" (or set {DATABASE_URL_ENV})")
+
+    def __repr__(self) -> str:
+        # A password in the URL must not reach a log line or a traceback through the config.
+        shown = self.url if urlsplit(self.url).password is None else "postgresql://***"
+        return (f"StorageConfig(path={self.path!r}, synchronous={self.synchronous!r}, "
+                f"activity_log_days={self.activity_log_days!r}, backend={self.backend!r}, url={shown!r})")
 
 
 class SecurityConfig(Settings):
@@ -247,6 +262,12 @@ class Config(Settings):
     @property
     def data_dir(self) -> Path:
         return Path(self.storage.path)
+
+    @property
+    def database_url(self) -> str:
+        """The PostgreSQL URL: $APPLIANCE_DATABASE_URL (so a password need not be in the file),
+        else [storage] url."""
+        return os.environ.get(DATABASE_URL_ENV) or self.storage.url
 
     @property
     def database_file(self) -> Path:

@@ -12,7 +12,7 @@ from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_mas
 from appliance.domain.endpoint import split_credentials
 from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
-from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store
+from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store, open_postgresql
 
 
 @dataclass
@@ -33,23 +33,35 @@ def initialize(config: Config) -> tuple[bool, bool]:
     Returns (master key created, database created)."""
     private_folder(config.data_dir)
     created_key = ensure_master_key(config.master_key_path)
+    if config.storage.backend == "postgresql":
+        store = open_postgresql(config.database_url)
+        created_db = store.reader().tenants.list_tenants() == []
+        store.close()
+        return created_key, created_db
     created_db = not config.database_file.exists()
     Store.open(config.database_file, synchronous=config.storage.synchronous).close()
     return created_key, created_db
+
+
+def open_store(config: Config) -> Store:
+    """The configured backend's store: the SQLite file in the data folder, or PostgreSQL."""
+    if config.storage.backend == "postgresql":
+        return open_postgresql(config.database_url)
+    return Store.open(config.database_file, synchronous=config.storage.synchronous)
 
 
 def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
     """An install made by `initialize`: a missing database or master key is refused, never made
     anew (a mistyped path must not start an empty install whose secrets can never be opened), and
     so is a master key other than the one the stored secrets were sealed with."""
-    if not config.database_file.is_file():
+    if config.storage.backend == "sqlite" and not config.database_file.is_file():
         raise StorageError(f"no database at {config.database_file}: run `appliance init` first, "
                            "or point [storage] path at the data folder")
     if not config.master_key_path.is_file():
         raise SecretError(f"no master key at {config.master_key_path}: restore it from your copy, or point "
                           "[security] master_key_file at it (`appliance init` makes one for a new install)")
     box = SecretBox(load_master_key(config.master_key_path))
-    store = Store.open(config.database_file, synchronous=config.storage.synchronous)
+    store = open_store(config)
     try:
         check_master_key(store, box, config.master_key_path)
     except SecretError:

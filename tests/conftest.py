@@ -45,12 +45,15 @@ def logging_as_it_was() -> Iterator[None]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path) -> Path:
+def config_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
     path = tmp_path / "appliance.toml"
     # Outbound providers point at a closed loopback port: a test must never reach a real host.
     closed = "http://127.0.0.1:9"
+    backend = ""
+    if TEST_BACKEND == "postgresql":
+        backend = f'backend = "postgresql"\nurl = "{request.getfixturevalue("postgres_url")}"\n'
     path.write_text(
-        f'[storage]\npath = "{tmp_path / "data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
+        f'[storage]\npath = "{tmp_path / "data"}"\n{backend}\n[security]\nrate_limit_per_minute = 0\n\n'
         f'[sms.twilio]\nbase_url = "{closed}"\n[sms.telnyx]\nbase_url = "{closed}"\n'
         f'[pixels.social]\nbase_url = "{closed}"\n[pixels.video]\nbase_url = "{closed}"\n\n'
         f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n'  # last: tests append keys to it

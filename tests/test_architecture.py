@@ -10,6 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
 DOMAIN_MAY_IMPORT = ("appliance.domain", "appliance.model", "appliance.clock")
+DRIVERS = ("apsw", "psycopg", "psycopg_pool")
 
 
 def module_name(path: Path) -> str:
@@ -77,14 +78,14 @@ def outside_storage() -> list[tuple[str, ast.Module]]:
 def test_only_storage_knows_the_database_engine():
     """Not even a function-level import: services get sessions from the store, never a connection."""
     users = sorted(name for name, tree in outside_storage() for node in ast.walk(tree)
-                   if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "apsw" for a in node.names)
-                   or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "apsw")
+                   if isinstance(node, ast.Import) and any(a.name.split(".")[0] in DRIVERS for a in node.names)
+                   or isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in DRIVERS)
     assert users == []
 
 
 def test_the_rest_uses_storage_only_through_its_seam():
     """`from appliance.storage import ...` of what the package exports, never a storage module,
-    and never the engine under the store (`store.sqlite`)."""
+    and never the engine under the store (`store.sqlite`, `store.postgres`)."""
     import appliance.storage as seam
 
     wrong = []
@@ -96,6 +97,6 @@ def test_the_rest_uses_storage_only_through_its_seam():
                 wrong += [f"{name} imports {a.name}" for a in node.names if a.name not in seam.__all__]
             elif isinstance(node, ast.Import):
                 wrong += [f"{name} imports {a.name}" for a in node.names if a.name.startswith("appliance.storage.")]
-            elif isinstance(node, ast.Attribute) and node.attr == "sqlite":
-                wrong.append(f"{name} reaches store.sqlite (line {node.lineno})")
+            elif isinstance(node, ast.Attribute) and node.attr in ("sqlite", "postgres"):
+                wrong.append(f"{name} reaches store.{node.attr} (line {node.lineno})")
     assert wrong == []

@@ -18,10 +18,23 @@ from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import KeyListing, KeyRecord
 from appliance.storage.webhooks import NewEvents, OutboxEvent
 
+
+
+def open_postgresql(url: str) -> Store:
+    """The store on the PostgreSQL database at `url` (its migrations applied). psycopg is an
+    optional extra, imported only here."""
+    try:
+        from appliance.storage.postgres.store import PgStore
+    except ImportError:
+        raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
+                           "pip install 'appliance[postgresql]'") from None
+    return PgStore.open_url(url)
+
+
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
-    "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "restore_database",
+    "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "open_postgresql", "restore_database",
 ]
