@@ -148,6 +148,18 @@ def cli(bare_cli: Cli) -> Cli:
 TEST_BACKEND = os.environ.get("APPLIANCE_TEST_BACKEND", "sqlite")
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sqlite_only: checks what only SQLite has (query plans, PRAGMA, the file)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if TEST_BACKEND == "postgresql":
+        skip = pytest.mark.skip(reason="SQLite only (APPLIANCE_TEST_BACKEND=postgresql)")
+        for item in items:
+            if item.get_closest_marker("sqlite_only"):
+                item.add_marker(skip)
+
+
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[Cluster]:
     bin_dir = server_bin()

@@ -23,6 +23,7 @@ from appliance.config import load_config
 from appliance.runtime import Runtime, create_runtime
 from tests.bundles import campaign
 from tests.conftest import Tenant, make_tenant
+from tests.engine import engine
 
 SUBMIT = "/api/v1/leads/submit"
 # A Tuesday, 15:00 UTC (11:00 in New York, which is on daylight time since 8 March 2026).
@@ -103,11 +104,11 @@ def accepted(api: TestClient, who: Tenant | str, body: Any) -> dict[str, Any]:
 
 
 def lead_count(runtime: Runtime) -> int:
-    return runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
+    return engine(runtime.store).reader().execute("SELECT count(*) FROM leads").fetchone()[0]
 
 
 def table_count(runtime: Runtime, table: str) -> int:
-    return runtime.store.sqlite.reader().execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
+    return engine(runtime.store).reader().execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
 
 
 def _has_get_lead_route(api: TestClient) -> bool:

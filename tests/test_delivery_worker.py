@@ -16,6 +16,7 @@ from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import START, clock, FakeClock  # noqa: F401 (the clock fixture)
 from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
+from tests.engine import engine
 
 
 
@@ -213,7 +214,7 @@ def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock, t
     with TestClient(create_app(runtime, background=False)) as offline:
         waiting = submit(offline, tenant, lead_body("DL1"))
         interrupted = submit(offline, tenant, lead_body("DL1"))
-    runtime.store.sqlite.write_sync(lambda conn: conn.execute(
+    engine(runtime.store).write_sync(lambda conn: conn.execute(
         "UPDATE jobs SET state = 'running' WHERE submission_id = ?", (interrupted["submissionId"],)))
     with live_app(runtime, tmp_path) as client:
         for data in (waiting, interrupted):

@@ -23,6 +23,7 @@ from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock, clock  # noqa: F401 (the clock fixture)
 from tests.worker_helpers import endpoint, lead_body, lead_of, live_app, status_is, submit, wait_for
+from tests.engine import engine
 
 
 @pytest.fixture
@@ -317,7 +318,7 @@ def test_a_waiting_lead_holds_no_delivery_limit_slot(live, runtime):
     first, second = (submit(live, tenant, lead_body("HL1")) for _ in range(2))
     for data in (first, second):
         wait_for(live, tenant, data["leadId"], status_is("queued"))
-    counted = runtime.store.sqlite.reader().execute("SELECT coalesce(sum(count), 0) FROM cap_counters").fetchone()[0]
+    counted = engine(runtime.store).reader().execute("SELECT coalesce(sum(count), 0) FROM cap_counters").fetchone()[0]
     assert counted == 0  # each took the slot, then gave it back when it was parked
     post(live, tenant, "/api/v1/endpoints/x/resume", {})
     wait_for(live, tenant, first["leadId"], status_is("delivered"))

@@ -17,6 +17,7 @@ from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
+from tests.engine import engine
 
 UNAUTHORIZED = {"success": False, "error": {"code": "UNAUTHORIZED", "message": "Authentication required"}}
 
@@ -67,7 +68,7 @@ def test_source_key_created_by_the_cli_shows_at_once(client, cli, tenant):
 def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, runtime, tenant):
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
     # As a command that could not open the signal file would leave it: committed, not announced.
-    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
+    engine(runtime.store).write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
                                                               " WHERE key_id = ?", (tenant.key_id,)))
     time.sleep(1.1)
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
@@ -169,7 +170,7 @@ def test_activity_log_and_last_used_are_written_off_the_request_path(client, run
     client.get("/api/v1/campaigns", headers={"X-API-Key": "z" * 40})
     # The ticker flushes every second; leaving the client's context flushes the rest.
     client.__exit__(None, None, None)
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     rows = conn.execute("SELECT key_id, method, route, status, duration_ms FROM activity_log ORDER BY id").fetchall()
     assert (tenant.key_id, "GET", "/api/v1/campaigns", 200) in [r[:4] for r in rows]
     assert (None, "GET", "(unmatched)", 404) in [r[:4] for r in rows]
@@ -276,7 +277,7 @@ def test_activity_log_keeps_the_configured_days(runtime, tenant):
              "GET", "/x", 200, 1.0, "req_new")]
     runtime.store.write_sync(lambda tx: tx.activity.append(rows))
     assert asyncio.run(purge_old_activity(runtime)) == 1
-    kept = runtime.store.sqlite.reader().execute("SELECT request_id FROM activity_log").fetchall()
+    kept = engine(runtime.store).reader().execute("SELECT request_id FROM activity_log").fetchall()
     assert kept == [("req_new",)]
 
 

@@ -13,6 +13,7 @@ from appliance.clock import iso
 from tests.api_helpers import data, validation_error
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
+from tests.engine import engine
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 
@@ -150,6 +151,7 @@ class _Plans:
         return self.conn.execute(sql, params)
 
 
+@pytest.mark.sqlite_only
 @pytest.mark.parametrize(
     ("where", "expected"),
     [
@@ -169,7 +171,7 @@ def test_list_query_plans_need_no_statistics(runtime, tenant, where, expected):
     from appliance.storage import LeadFilter
     from appliance.storage.leads import Leads
 
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE tbl = 'leads'").fetchone()[0] == 0
     spy = _Plans(conn)
     Leads(spy).lead_page(tenant.tenant_id, LeadFilter(**where), 26)

@@ -18,6 +18,7 @@ from appliance.runtime import Runtime, create_runtime
 from tests.bundles import standard_bundle
 from tests.conftest import make_tenant
 from tests.servers import live_server, person, write_config
+from tests.engine import engine
 
 MIB = 1024 * 1024
 SUBMIT = "/api/v1/leads/submit"
@@ -122,12 +123,12 @@ def test_body_over_one_mib_with_content_length_is_413(served):
 
 def test_chunked_body_over_one_mib_without_content_length_is_413(served):
     base, runtime, tenant = served
-    before = runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
+    before = engine(runtime.store).reader().execute("SELECT count(*) FROM leads").fetchone()[0]
     chunks = [b'{"campaignId":"AC01","notes":"'] + [b"y" * 65536] * 20 + [b'"}']  # 1.25 MiB
     status, _, answer = _post_raw(base, SUBMIT, {**tenant.headers, "Content-Type": "application/json"},
                                   chunks, chunked=True)
     _too_large(status, answer)
-    assert runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before
+    assert engine(runtime.store).reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before
 
 
 def test_large_body_of_another_type_is_415_not_413(served):
@@ -284,13 +285,13 @@ def test_submit_with_a_trailing_slash_is_the_same_route(served):
                                         [body], chunked=False)
     assert status == 201, answer[:300]
     lead_id = msgspec.json.decode(answer)["data"]["leadId"]
-    assert runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads WHERE lead_id = ?", (lead_id,)).fetchone()[0] == 1
+    assert engine(runtime.store).reader().execute("SELECT count(*) FROM leads WHERE lead_id = ?", (lead_id,)).fetchone()[0] == 1
     assert headers["content-type"] == "application/json" and headers["x-request-id"]
 
 
 def test_client_gone_before_the_whole_body_stores_nothing(served):
     base, runtime, tenant = served
-    before = runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0]
+    before = engine(runtime.store).reader().execute("SELECT count(*) FROM leads").fetchone()[0]
     host, port = base.removeprefix("http://").split(":")
     body = msgspec.json.encode({"campaignId": "AC01", **person(3)})
     with socket.create_connection((host, int(port)), timeout=10) as sock:
@@ -300,4 +301,4 @@ def test_client_gone_before_the_whole_body_stores_nothing(served):
     # The server is still up and answers the next request; the half-sent lead was never stored.
     with httpx.Client(base_url=base, timeout=10) as http:
         assert http.get("/healthz").status_code == 200
-    assert runtime.store.sqlite.reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before
+    assert engine(runtime.store).reader().execute("SELECT count(*) FROM leads").fetchone()[0] == before

@@ -19,6 +19,7 @@ from tests.submit_support import (  # noqa: F401
     accepted, api, clock, condition, events_of, jobs, person, plain, read_lead, rule_set, setup_tenant,
     source_key,
 )
+from tests.engine import engine
 
 ENDPOINTS = [{"deliveryEndpointId": "ep-main", "url": "https://buyer.example.com/in"},
              {"deliveryEndpointId": "ep-alt", "url": "https://other-buyer.example.com/in"}]
@@ -79,7 +80,7 @@ def set_status(runtime, tenant, lead_id, status):
         tx.leads.update_submission(tenant.tenant_id, msgspec.structs.replace(last, status=status))
         return last.submission_id
     submission_id = runtime.store.write_sync(unit)
-    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'done' WHERE submission_id = ?",
+    engine(runtime.store).write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'done' WHERE submission_id = ?",
                                                               (submission_id,)))
 
 
@@ -160,7 +161,7 @@ def test_simple_retry_records_the_delivery_endpoint_override(api, runtime, tenan
 
 def test_simple_retry_cancels_open_jobs_of_the_last_submission(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "error")
-    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'held' WHERE submission_id = ?",
+    engine(runtime.store).write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'held' WHERE submission_id = ?",
                                                               (data["submissionId"],)))
     envelope = repost(api, tenant, data["leadId"], {})
     assert jobs(runtime, data["submissionId"]) == [("deliver", "cancelled")]
@@ -169,7 +170,7 @@ def test_simple_retry_cancels_open_jobs_of_the_last_submission(api, runtime, ten
 
 def test_a_running_delivery_refuses_a_repost(api, runtime, tenant):
     data = lead_in(api, runtime, tenant, "error")
-    runtime.store.sqlite.write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'running' WHERE submission_id = ?",
+    engine(runtime.store).write_sync(lambda conn: conn.execute("UPDATE jobs SET state = 'running' WHERE submission_id = ?",
                                                               (data["submissionId"],)))
     details = error_details(repost(api, tenant, data["leadId"], {}, expect=409), "INVALID_STATE")
     assert any("running" in d for d in details)

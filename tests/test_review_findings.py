@@ -17,6 +17,7 @@ from appliance.app import create_app
 from appliance.runtime import Runtime
 from tests.bundles import campaign
 from tests.conftest import make_tenant
+from tests.engine import engine
 from tests.submit_support import FakeClock
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
@@ -195,7 +196,7 @@ def test_writer_survives_a_unit_whose_error_rolled_back_the_transaction(runtime)
 
     def call(name, fn):
         try:
-            outcome[name] = runtime.store.sqlite.write_sync(fn)
+            outcome[name] = engine(runtime.store).write_sync(fn)
         except BaseException as exc:  # noqa: BLE001
             outcome[name] = exc
 

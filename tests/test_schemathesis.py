@@ -58,6 +58,7 @@ from tests.bundles import campaign, standard_bundle
 from tests.buyer_server import BuyerServer
 from tests.conftest import make_tenant
 from tests.servers import live_server, person, write_config
+from tests.engine import engine
 
 MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))
 TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
@@ -237,7 +238,7 @@ def test_schemathesis_finds_nothing(seeded):
     assert "Operations:" in output and "failures" not in output.split("SUMMARY")[-1].lower(), output[-5000:]
     # the server stayed healthy and never logged an internal error
     assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
-    assert not runtime.store.sqlite.reader().execute(
+    assert not engine(runtime.store).reader().execute(
         "SELECT route, count(*) FROM activity_log WHERE status >= 500 GROUP BY route").fetchall()
 
 

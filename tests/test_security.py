@@ -31,6 +31,7 @@ from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
 from tests.processes import free_port, stop_process
 from tests.servers import live_server, person, write_config
+from tests.engine import engine
 
 SUBMIT = "/api/v1/leads/submit"
 
@@ -40,7 +41,7 @@ SUBMIT = "/api/v1/leads/submit"
 def snapshot(runtime, tenant_id: str) -> dict[str, list]:
     """Every row of every table that carries the tenant's id (the activity log and key usage
     stamps aside: those record the attempt itself)."""
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     tables = [name for (name,) in conn.execute(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
     rows = {}
@@ -231,7 +232,7 @@ def test_revoked_and_unknown_keys_are_refused_on_every_route(client, runtime, te
 
 def test_keys_are_stored_and_looked_up_by_sha256_only(runtime, tenant, config):
     assert apikeys.key_hash(tenant.key) == hashlib.sha256(tenant.key.encode()).digest()
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     (stored,) = conn.execute("SELECT key_hash FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
     assert stored == hashlib.sha256(tenant.key.encode()).digest()
     plan = " ".join(str(row) for row in conn.execute(

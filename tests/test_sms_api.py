@@ -21,6 +21,7 @@ from appliance.runtime import Runtime, create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply, free_port
 from tests.conftest import Tenant, make_tenant
+from tests.engine import engine
 
 TWILIO_PATH = "/2010-04-01/Accounts/{sid}/Messages.json"
 TELNYX_PATH = "/v2/messages"
@@ -439,7 +440,7 @@ def test_message_left_sending_by_a_crash_is_settled_as_error(client, tenant, fak
     async def crash_during_the_provider_call() -> str:
         task = asyncio.create_task(sms.send(runtime, load_plugins(runtime.config), tenant.tenant_id, body))
         for _ in range(200):
-            found = runtime.store.sqlite.row("SELECT message_id FROM sms_messages WHERE status = 'sending'")
+            found = engine(runtime.store).row("SELECT message_id FROM sms_messages WHERE status = 'sending'")
             if found:
                 task.cancel()  # the process dies: the final status is never written
                 return found[0]

@@ -15,6 +15,7 @@ from appliance.model import Model
 from appliance.storage.leads import _LEADS, _SUBMISSIONS
 from appliance.storage.packed import PackedDocs
 from tests.api_helpers import data
+from tests.engine import engine
 
 FULL_LEAD = {
     "campaignId": "AC01", "firstName": "Ada", "lastName": "Lovelace", "email": "ada@example.com",
@@ -88,7 +89,7 @@ def test_rows_written_by_earlier_versions_read_the_same(client, tenant, runtime)
             conn.execute("UPDATE submissions SET doc = ? WHERE submission_id = ?",
                          (msgspec.json.encode(submission), submission["submissionId"]))
 
-    runtime.store.sqlite.write_sync(as_earlier_versions_stored)
+    engine(runtime.store).write_sync(as_earlier_versions_stored)
     assert read(client, tenant, made["leadId"]) == {**before, "submissions": submissions}
     assert listed(client, tenant) == [before]
     # and such a lead is updated like any other: a resubmission merges into what was stored

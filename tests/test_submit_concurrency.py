@@ -19,6 +19,7 @@ from tests.submit_support import (
     setup_tenant,
     source_key,
 )
+from tests.engine import engine
 
 TIMEOUT = httpx.Timeout(20.0, connect=5.0)
 
@@ -51,7 +52,7 @@ def test_fifty_identical_submits_yield_exactly_one_original(runtime, server):
     assert statuses == {"qualified": 1, "duplicate": 49}
     assert len({r.json()["data"]["leadId"] for r in responses}) == 50
     assert lead_count(runtime) == 50
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     assert conn.execute("SELECT count(*) FROM leads WHERE status != 'duplicate'").fetchone()[0] == 1
     assert conn.execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0] == 1
 
@@ -65,5 +66,5 @@ def test_forty_submits_against_a_daily_cap_of_ten(runtime, server):
     statuses = Counter(r.json()["data"]["status"] for r in responses)
     assert statuses == {"qualified": 10, "disqualified": 30}
     assert lead_count(runtime) == 40
-    conn = runtime.store.sqlite.reader()
+    conn = engine(runtime.store).reader()
     assert conn.execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0] == 10

@@ -9,6 +9,7 @@ from tests.submit_support import (  # noqa: F401
     accepted, api, clock, condition, event_types, events_of, jobs, person, plain, read_lead, rule_set,
     setup_tenant, source_key,
 )
+from tests.engine import engine
 
 
 def lead_and_submission(api, runtime, tenant, data):
@@ -490,5 +491,5 @@ def test_delivery_job_exists_exactly_for_qualified_leads(api, runtime):
         assert data["status"] == ("pending_action" if expected == "engaged" else expected)
         kinds = [kind for kind, _ in jobs(runtime, data["submissionId"])]
         assert kinds == (["deliver"] if expected == "qualified" else []), expected
-    total = runtime.store.sqlite.reader().execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0]
+    total = engine(runtime.store).reader().execute("SELECT count(*) FROM jobs WHERE kind = 'deliver'").fetchone()[0]
     assert total == 1

@@ -18,6 +18,7 @@ from tests.api_helpers import validation_error
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.worker_helpers import endpoint, lead_body, live_app, status_is, submit, wait_for
+from tests.engine import engine
 
 LISTS = "/api/v1/suppression-lists"
 
@@ -48,7 +49,7 @@ def with_lists(runtime, client, name: str = "T"):
 
 
 def jobs_of(runtime, lead_id: str) -> list:
-    return list(runtime.store.sqlite.reader().execute("SELECT kind, state FROM jobs WHERE lead_id = ?", (lead_id,)))
+    return list(engine(runtime.store).reader().execute("SELECT kind, state FROM jobs WHERE lead_id = ?", (lead_id,)))
 
 
 # ---- lists and entries --------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def test_values_are_stored_as_digests_only(client, runtime, tenant):
     stored = b"".join(p.read_bytes() for p in data_dir.iterdir() if p.is_file())
     for plain in (b"secret.person", b"4155550199", b"415 555 0199"):
         assert plain not in stored and plain.decode().encode("utf-16-le") not in stored
-    hashes = [h for (h,) in runtime.store.sqlite.reader().execute("SELECT hash FROM suppression_entries")]
+    hashes = [h for (h,) in engine(runtime.store).reader().execute("SELECT hash FROM suppression_entries")]
     assert len(hashes) == 2 and all(isinstance(h, bytes) and len(h) == 32 for h in hashes)
 
 

@@ -134,13 +134,13 @@ class PgDatabase:
     def announce_admin_change(self) -> None:
         """Tell every process on this database that keys or tenant configuration changed."""
         try:
-            self.run(lambda conn: conn.execute(f"NOTIFY {_CHANNEL}"))
+            self.write_sync(lambda conn: conn.execute(f"NOTIFY {_CHANNEL}"))
         except StorageError:
             log.warning("could not signal the change to running servers: they see it within a second")
 
     # ---- writes -----------------------------------------------------------------------------
 
-    def run(self, unit: Callable[[PgConnection], T]) -> T:
+    def write_sync(self, unit: Callable[[PgConnection], T]) -> T:
         """`unit(conn)` in one serializable transaction, run again when PostgreSQL aborts it for
         a serialization failure or a deadlock."""
         if self._pool is None:
@@ -161,7 +161,7 @@ class PgDatabase:
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
         if self._pool is None:
             raise StorageError("the database is closed")
-        return await asyncio.to_thread(self.run, unit)
+        return await asyncio.to_thread(self.write_sync, unit)
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -182,8 +182,12 @@ class PgDatabase:
                 self._readers.append(raw)
         return conn
 
+    def row(self, sql: str, params: tuple = ()) -> tuple | None:
+        """One row of a read (`?` parameters), as Database.row."""
+        return self.reader().execute(sql, params).fetchone()
+
     def ping(self) -> None:
-        self.reader().execute("SELECT 1").fetchone()
+        self.row("SELECT 1")
 
     def health(self) -> tuple[str, int]:
         """('ok' when the server answers, migrations applied): PostgreSQL checks its own pages."""

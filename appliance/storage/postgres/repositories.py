@@ -7,6 +7,7 @@ connection.py's placeholder translation."""
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -64,9 +65,15 @@ def _count_lead(conn: PgConnection, tenant_id: str, created_at: str, campaign_id
 _FTS5_TERM = re.compile(r'"((?:[^"]|"")*)"\*')
 
 
+def _fold(text: str) -> str:
+    """Without diacritics, as FTS5's `remove_diacritics 2` compares names (the `simple` text
+    search configuration keeps them); stored names and searched words alike."""
+    return "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+
+
 def _tsquery(fts5: str) -> str:
     """The API's FTS5 name query (`"jan"* "doe"*`: every word, prefix-matched) as a tsquery."""
-    words = [term.replace('""', '"') for term in _FTS5_TERM.findall(fts5)]
+    words = [_fold(term.replace('""', '"')) for term in _FTS5_TERM.findall(fts5)]
     return " & ".join("'" + word.replace("\\", "\\\\").replace("'", "''") + "':*" for word in words)
 
 
@@ -77,14 +84,14 @@ class PgLeads(Leads):
         (seq,) = self._conn.execute(_INSERT_LEAD + " RETURNING seq",
                                     _lead_row(tenant_id, lead, intake_campaign_id)).fetchone()
         if names := _names(lead):
-            self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (seq, names))
+            self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (seq, _fold(names)))
         _count_lead(self._conn, tenant_id, lead.created_at, lead.campaign_id, lead.client_id, lead.source_id,
                     lead.status, 1)
 
     def insert_leads(self, tenant_id: str, leads: Sequence[LeadRecord], intake_campaign_id: str) -> None:
         self._conn.executemany(_INSERT_LEAD, [_lead_row(tenant_id, lead, intake_campaign_id) for lead in leads])
         self._conn.executemany("INSERT INTO leads_names(seq, name) SELECT seq, ? FROM leads WHERE lead_id = ?",
-                               [(names, lead.lead_id) for lead in leads if (names := _names(lead))])
+                               [(_fold(names), lead.lead_id) for lead in leads if (names := _names(lead))])
         count_leads(self._conn, tenant_id, Counter(
             (lead.created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status) for lead in leads))
 
@@ -106,7 +113,7 @@ class PgLeads(Leads):
         if names_changed and found is not None:
             self._conn.execute("DELETE FROM leads_names WHERE seq = ?", found)
             if names := _names(lead):
-                self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (found[0], names))
+                self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (found[0], _fold(names)))
 
     def lead_page(self, tenant_id: str, where: LeadFilter, limit: int) -> list[tuple[str, bytes]]:
         """One page of leads, newest first; PostgreSQL's planner picks the index from its

@@ -87,7 +87,7 @@ class PgStore(Store):
         return await self.postgres.write(self._with_session(unit))
 
     def write_sync(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
-        return self.postgres.run(self._with_session(unit))
+        return self.postgres.write_sync(self._with_session(unit))
 
     def reader(self) -> Session:
         return PgSession(self.postgres.reader())
