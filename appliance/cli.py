@@ -665,7 +665,11 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
         _fail(str(exc))
     finally:
         plugin_log.disabled = False
+    from appliance.adapters import trustedform
+
     adapters = [{"kind": e.kind, "name": e.name, "plugin": e.plugin, "file": e.file} for e in registry.entries]
+    # The certificate claims are built in, not pluggable; listed so an operator sees them with their settings' table.
+    adapters.append({"kind": "compliance", "name": "trustedform", "plugin": "trustedform", "file": trustedform.__file__})
     errors = [{"plugin": r.name, "file": r.file, "error": r.error} for r in registry.errors]
     dirs = [str(d) for d in registry.dirs]
     lines = [f"{a['kind']:<9} {a['name']:<20} {a['plugin']}  {a['file']}" for a in adapters] or ["no adapters loaded"]
