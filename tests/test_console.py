@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from appliance.services import tenancy
 from tests.api_helpers import SUBMIT
 from tests.conftest import make_tenant
-from tests.submit_support import START, FakeClock, api, clock  # noqa: F401 (fixtures)
+from tests.submit_support import api, clock  # noqa: F401 (fixtures)
 from tests.servers import person
 
 _TOKEN = re.compile(r'name="csrf" value="([^"]+)"')
@@ -123,7 +121,7 @@ def test_a_revoked_key_ends_its_sessions(client, runtime, tenant):
     assert signed_out(client.get("/admin/leads", follow_redirects=False))
 
 
-def test_a_session_expires_after_12_hours(api, runtime, tenant, clock):
+def test_a_session_expires_after_12_hours(api, runtime, tenant, clock):  # noqa: F811 (the fixtures)
     sign_in(api, tenant.key)
     clock.advance(hours=11, minutes=59)
     assert api.get("/admin/").status_code == 200
@@ -221,3 +219,9 @@ def test_csv_import_with_progress_and_row_errors(client, tenant):
     client.cookies.clear()
     sign_in(client, other.key)
     assert client.get(progress).status_code == 404
+
+
+def test_console_routes_stay_out_of_the_api_document(client):
+    paths = client.get("/schema/openapi.json").json()["paths"]
+    assert paths and not [p for p in paths if p.startswith("/admin")]
+    assert "/api/v1/leads/submit" in paths
