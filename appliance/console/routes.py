@@ -130,9 +130,8 @@ async def overview(request: Request) -> Template:
     tenant_id = who(request).tenant_id
     view = await request.app.state.runtime.store.read_off_loop(
         lambda _tx: console.overview(request.app.state.runtime, tenant_id))
-    days = view.week_summary.rows
-    chart = bar_chart([r.key[5:] if r.key else r.label for r in days],
-                      [("leads", [r.leads for r in days]), ("delivered", [r.delivered for r in days])])
+    chart = bar_chart([day[5:] for day, _, _ in view.per_day], [("leads", [n for _, n, _ in view.per_day]),
+                                                             ("delivered", [d for _, _, d in view.per_day])])
     return _page(request, "overview.html", view=view, chart=chart, statuses=console.STATUSES)
 
 

@@ -70,7 +70,8 @@ async def end_session(runtime: Runtime, token: str) -> None:
 class Overview:
     today: dict[str, int]
     week: dict[str, int]
-    week_summary: ReportSummary  # by day: the chart and the money
+    week_summary: ReportSummary  # by day: the money
+    per_day: list[tuple[str, int, int]]  # (YYYY-MM-DD, leads, delivered) of each of the 7 days, for the chart
     queue_depth: int
     paused: list[EndpointItem] = field(default_factory=list)
 
@@ -96,7 +97,10 @@ def overview(runtime: Runtime, tenant_id: str) -> Overview:
         depth = tx.jobs.open_count(tenant_id)
     summary = reports.read_summary(tx, tenant_id, week_span)
     paused = [item for item in endpoints.page(runtime, tenant_id, None, 100).items if item.state == "paused"]
-    return Overview(today_counts, week_counts, summary, depth, paused)
+    rows = {row.key: row for row in summary.rows}
+    days = [(now.date() - timedelta(days=6 - i)).isoformat() for i in range(7)]
+    per_day = [(day, rows[day].leads if day in rows else 0, rows[day].delivered if day in rows else 0) for day in days]
+    return Overview(today_counts, week_counts, summary, per_day, depth, paused)
 
 
 # ---- leads ---------------------------------------------------------------------------------------
