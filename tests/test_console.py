@@ -225,3 +225,35 @@ def test_console_routes_stay_out_of_the_api_document(client):
     paths = client.get("/schema/openapi.json").json()["paths"]
     assert paths and not [p for p in paths if p.startswith("/admin")]
     assert "/api/v1/leads/submit" in paths
+
+
+def test_the_cookie_is_secure_over_tls(runtime, tenant):
+    from litestar.testing import TestClient
+
+    from appliance.app import create_app
+
+    with TestClient(create_app(runtime, background=False), base_url="https://console.example") as tls:
+        token = csrf_of(tls.get("/admin/sign-in").text)
+        answer = tls.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+        cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
+        assert "Secure" in cookie and "HttpOnly" in cookie
+
+
+def test_refused_actions_answer_pages_that_say_why(client, tenant):
+    token = sign_in(client, tenant.key)
+    lead_id = submit(client, tenant)  # qualified, its delivery queued: not a lead to send again
+    cases = [
+        ("/admin/endpoints/A-ep/explode", {}, 404, "Not found"),
+        ("/admin/failures/repost", {"status": "failed"}, 400, "leadId: between 1 and 100 leads"),
+        ("/admin/failures/repost", {"status": "delivered", "leadId": lead_id}, 400, "status: must be one of"),
+        (f"/admin/leads/{lead_id}/repost", {}, 409, "That cannot be done now"),
+        (f"/admin/leads/{lead_id}/decision", {"decision": "maybe"}, 400, "decision: must be approved or rejected"),
+    ]
+    for path, data, status, text in cases:
+        answer = client.post(path, data={"csrf": token, **data})
+        assert answer.status_code == status and text in answer.text, (path, answer.status_code, answer.text[-600:])
+    bad = client.post("/admin/import", data={"csrf": token, "campaignId": "nope"},
+                      files={"file": ("leads.csv", b"email\nx@example.com\n", "text/csv")})
+    assert bad.status_code == 400 and "campaignId" in bad.text
+    assert client.get("/admin/imports/imp_missing").status_code == 404
+    assert client.get("/admin/failures", params={"status": "delivered"}).status_code == 400

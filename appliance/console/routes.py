@@ -1,9 +1,11 @@
 """The admin console's pages under /admin (docs/console.md): server-rendered HTML from
 templates/, one stylesheet from static/. The pages call the same services as the API; this
-module reads forms and query strings, checks the session and CSRF token, and picks a template."""
+module reads forms and query strings, checks the session and CSRF token, and picks a template.
+Reads that may touch many rows run on a worker thread (each thread has its own read session)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from pathlib import Path
@@ -128,8 +130,7 @@ async def sign_out(request: Request) -> Response:
 @get("/")
 async def overview(request: Request) -> Template:
     tenant_id = who(request).tenant_id
-    view = await request.app.state.runtime.store.read_off_loop(
-        lambda _tx: console.overview(request.app.state.runtime, tenant_id))
+    view = await asyncio.to_thread(console.overview, request.app.state.runtime, tenant_id)
     chart = bar_chart([day[5:] for day, _, _ in view.per_day], [("leads", [n for _, n, _ in view.per_day]),
                                                              ("delivered", [d for _, _, d in view.per_day])])
     return _page(request, "overview.html", view=view, chart=chart, statuses=console.STATUSES)
@@ -155,7 +156,7 @@ def _lead_filter(request: Request, status_choices: tuple[str, ...] = LEAD_STATUS
 
 async def _lead_list(request: Request, where: LeadFilter | None) -> console.LeadList:
     runtime, tenant_id = request.app.state.runtime, who(request).tenant_id
-    return await runtime.store.read_off_loop(lambda _tx: console.lead_list(runtime, tenant_id, where, PER_PAGE))
+    return await asyncio.to_thread(console.lead_list, runtime, tenant_id, where, PER_PAGE)
 
 
 def _next_link(request: Request, cursor: str | None) -> str | None:
@@ -177,7 +178,7 @@ async def leads_page(request: Request) -> Template:
 @get("/leads/{lead_id:str}")
 async def lead_page(request: Request, lead_id: PathText) -> Template:
     runtime, tenant_id = request.app.state.runtime, who(request).tenant_id
-    view = await runtime.store.read_off_loop(lambda _tx: console.lead_view(runtime, tenant_id, lead_id))
+    view = await asyncio.to_thread(console.lead_view, runtime, tenant_id, lead_id)
     if view is None:
         raise NotFound()
     return _page(request, "lead.html", view=view, repostable=view.lead["status"] in console.REPOST_ONE,
@@ -275,7 +276,7 @@ async def pause_or_resume(request: Request, endpoint_id: PathText, action: PathT
 @get("/webhooks")
 async def webhooks_page(request: Request) -> Template:
     runtime, tenant_id = request.app.state.runtime, who(request).tenant_id
-    views = await runtime.store.read_off_loop(lambda _tx: console.webhook_views(runtime, tenant_id))
+    views = await asyncio.to_thread(console.webhook_views, runtime, tenant_id)
     return _page(request, "webhooks.html", views=views)
 
 
