@@ -22,6 +22,7 @@ from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middlewa
 from appliance.api.io import MAX_BODY
 from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
+from appliance.console import routes as console
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.delivery import DeliveryWorker
@@ -132,12 +133,13 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
                         *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES,
-                        *metrics.routes(runtime.config.metrics.enabled)],
+                        *metrics.routes(runtime.config.metrics.enabled), console.router()],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
         lifespan=[lifespan],
         openapi_config=openapi.openapi_config("Lead appliance", __version__),
+        template_config=console.template_config(),
         debug=False,
         logging_config=None,  # logging is configured once for the process (appliance/logs.py)
     )

@@ -5,9 +5,7 @@ create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
-import csv
 import gc
-import io
 import itertools
 import json
 import re
@@ -665,7 +663,11 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
         _fail(str(exc))
     finally:
         plugin_log.disabled = False
+    from appliance.adapters import trustedform
+
     adapters = [{"kind": e.kind, "name": e.name, "plugin": e.plugin, "file": e.file} for e in registry.entries]
+    # The certificate claims are built in, not pluggable; listed so an operator sees them with their settings' table.
+    adapters.append({"kind": "compliance", "name": "trustedform", "plugin": "trustedform", "file": trustedform.__file__})
     errors = [{"plugin": r.name, "file": r.file, "error": r.error} for r in registry.errors]
     dirs = [str(d) for d in registry.dirs]
     lines = [f"{a['kind']:<9} {a['name']:<20} {a['plugin']}  {a['file']}" for a in adapters] or ["no adapters loaded"]
@@ -675,8 +677,7 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
 
 
 _REPORT_OPTIONS = {"groupBy": "--group-by", "startDate": "--from", "endDate": "--to", "timezone": "--timezone"}
-_REPORT_COLUMNS = ("key", "label", "leads", "qualified", "delivered", "failed", "duplicate", "disqualified",
-                   "returned", "cost", "revenue", "margin", "currency")
+_REPORT_COUNTERS = ("leads", "qualified", "delivered", "failed", "duplicate", "disqualified", "returned")
 
 
 @main.command()
@@ -715,11 +716,7 @@ def report(runtime: Runtime, tenant_id: str, group_by: str, start: str | None, e
     if as_json:
         _emit(True, data, "")
     elif as_csv:
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(_REPORT_COLUMNS)
-        writer.writerows([["" if row[c] is None else row[c] for c in _REPORT_COLUMNS] for row in data["rows"]])
-        click.echo(out.getvalue(), nl=False)
+        click.echo(reports.summary_csv(data), nl=False)
     else:
         click.echo(_report_table(data))
 
@@ -729,7 +726,7 @@ def _report_table(data: dict) -> str:
     zone = ZoneInfo(data["timezone"])
     start, end = (datetime.fromisoformat(data[k].replace("Z", "+00:00")).astimezone(zone)
                   for k in ("rangeStart", "rangeEnd"))
-    counters = _REPORT_COLUMNS[2:9]
+    counters = _REPORT_COUNTERS
     head = ["day" if data["groupBy"] == "day" else data["groupBy"], *counters, "cost", "revenue", "margin", ""]
 
     def line(label: str, row: dict, money: dict | None) -> list[str]:

@@ -122,7 +122,8 @@ def served_routes(app) -> list[tuple[str, str]]:
         for handler in route.route_handlers:
             if not (handler.opt.get("public") or handler.resolve_include_in_schema()):
                 continue
-            if route.path_format.startswith("/schema"):
+            # The admin console's pages are documented in docs/console.md, not in the API's.
+            if route.path_format.startswith(("/schema", "/admin")):
                 continue
             found.update((method, route.path_format) for method in handler.http_methods)
     return sorted(found)

@@ -185,8 +185,10 @@ def test_plugins_lists_good_adapters_and_reports_each_broken_plugin(cli, plugin_
         assert "\n" not in errors[name]["error"]
     assert report["dirs"] == [str(plugin_dir)]
 
+    assert ("compliance", "trustedform") in {(a["kind"], a["name"]) for a in report["adapters"]}  # built in
+
     text = cli("plugins").stdout
-    assert "good_sms" in text and "error" in text and "bad_syntax" in text
+    assert "good_sms" in text and "error" in text and "bad_syntax" in text and "trustedform" in text
 
 
 def test_strict_makes_a_broken_plugin_fatal(cli, config_file, plugin_dir):

@@ -1,5 +1,6 @@
 """API-key authentication, source-key scope and the per-key rate limit, run for every matched
-route before its handler (unknown routes answer 404 without looking at the key)."""
+route before its handler (unknown routes answer 404 without looking at the key; the console's
+/admin pages are signed in with a session instead, appliance/console/session.py)."""
 
 from __future__ import annotations
 
@@ -97,7 +98,9 @@ def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> Key
 def auth_middleware(app: ASGIApp) -> ASGIApp:
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         handler = scope.get("route_handler")
-        if scope["type"] == "http" and not (handler is not None and handler.opt.get("public")):
+        # Console pages (opt `console`, only the /admin router's) check their session cookie instead.
+        if scope["type"] == "http" and not (handler is not None and (handler.opt.get("public")
+                                                                     or handler.opt.get("console"))):
             authenticate(scope, scope["litestar_app"].state, scope.get("path_template"))
         await app(scope, receive, send)
 

@@ -8,6 +8,7 @@ import tempfile
 from typing import Annotated, BinaryIO
 
 from litestar import Request, Response, get, post
+from litestar.datastructures import State
 from litestar.params import PathParameter
 from multipart import MultipartError, MultipartSegment, PushMultipartParser, parse_options_header
 
@@ -15,6 +16,7 @@ from appliance.api.auth import principal
 from appliance.api.io import ok
 from appliance.errors import NotFound, UnsupportedMediaType, ValidationFailed
 from appliance.services import lead_import
+from appliance.storage import KeyRecord
 
 ImportId = Annotated[str, PathParameter(name="importId")]
 FORM = "multipart/form-data"
@@ -49,9 +51,10 @@ def _too_large(limit: int) -> ValidationFailed:
     return ValidationFailed([f"file: larger than the {limit // (1024 * 1024)} MB limit of an import"])
 
 
-async def _read_form(request: Request, limit: int) -> _Form:
+async def read_form(request: Request, limit: int, fields: tuple[str, ...] = FIELDS) -> _Form:
     """The form, streamed: the file goes to disk as it arrives and a file over `limit` bytes is
-    refused as soon as that is known (from Content-Length before anything is read)."""
+    refused as soon as that is known (from Content-Length before anything is read). `fields`: the
+    parts allowed (the console's form adds its CSRF token)."""
     media, options = parse_options_header(request.headers.get("content-type", ""))
     if media != FORM or not options.get("boundary"):
         raise UnsupportedMediaType(message="Request body must be multipart/form-data")
@@ -63,13 +66,13 @@ async def _read_form(request: Request, limit: int) -> _Form:
     value = bytearray()
     try:
         # Leaving the block closes the parser: a body that ends inside the form is an error.
-        with PushMultipartParser(options["boundary"], max_segment_count=len(FIELDS) + 1) as parser:
+        with PushMultipartParser(options["boundary"], max_segment_count=len(fields) + 1) as parser:
             async for chunk in request.stream():
                 for part in parser.parse(chunk):
                     if isinstance(part, MultipartSegment):
                         segment = part
-                        if segment.name not in FIELDS:
-                            raise ValidationFailed([f"{segment.name}: unknown field (allowed: {', '.join(FIELDS)})"])
+                        if segment.name not in fields:
+                            raise ValidationFailed([f"{segment.name}: unknown field (allowed: {', '.join(fields)})"])
                         if segment.name in form.fields or (segment.name == "file" and form.file is not None):
                             raise ValidationFailed([f"{segment.name}: given more than once"])
                         if segment.name == "file":
@@ -91,15 +94,15 @@ async def _read_form(request: Request, limit: int) -> _Form:
                                 raise ValidationFailed([f"{segment.name}: must be valid UTF-8 text"]) from None
                         segment, value = None, bytearray()
     except MultipartError as exc:
-        _close(form)
+        close_form(form)
         raise ValidationFailed([f"body: not a complete multipart/form-data body ({exc})"]) from None
     except BaseException:
-        _close(form)
+        close_form(form)
         raise
     return form
 
 
-def _close(form: _Form) -> None:
+def close_form(form: _Form) -> None:
     if form.file is not None:
         form.file.close()
 
@@ -118,9 +121,14 @@ async def import_leads(request: Request) -> Response:
     """Checks the whole file, records the import and answers at once; the rows are imported by
     a task on this loop (GET /api/v1/imports/{importId} follows it)."""
     who = principal(request.scope)
-    state = request.app.state
+    form = await read_form(request, request.app.state.runtime.config.imports.max_file_mb * 1024 * 1024)
+    return ok(lead_import.ImportStarted(import_id=await begin_import(request.app.state, who, form)), 202)
+
+
+async def begin_import(state: State, who: KeyRecord, form: _Form) -> str:
+    """Checks the form and the whole file, records the import and starts its task (the API's
+    upload and the console's); closes the form's file when it refuses."""
     runtime = state.runtime
-    form = await _read_form(request, runtime.config.imports.max_file_mb * 1024 * 1024)
     try:
         problems = [f"{name}: required" for name in ("file", "campaignId")
                     if (form.file if name == "file" else form.fields.get(name)) is None]
@@ -133,11 +141,11 @@ async def import_leads(request: Request) -> Response:
         checked = await asyncio.to_thread(lead_import.check_file, form.file, mapping)
         import_id = await lead_import.start(runtime, who, campaign.campaign_id, form.file_name, checked, process)
     except BaseException:
-        _close(form)
+        close_form(form)
         raise
     state.imports.start(lead_import.run(runtime, settings, who, state.registry, import_id, checked, campaign, process,
                                         state.worker.wake))
-    return ok(lead_import.ImportStarted(import_id=import_id), 202)
+    return import_id
 
 
 @get("/api/v1/imports/{importId:str}", operation_id="getImport", sync_to_thread=False,

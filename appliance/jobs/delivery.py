@@ -48,7 +48,7 @@ log = logging.getLogger("appliance.delivery")
 
 DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
-STOPPED = object()  # `_target`: the attempt goes nowhere this time (parked, queued or ended)
+STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
 
 
 @dataclass(frozen=True)
@@ -241,16 +241,19 @@ class DeliveryWorker:
             return
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
-        if checks[campaign.campaign_id] == ([], None):
+        named = endpoint_override(attempt.submission)
+        chosen: str | None | object = None
+        if checks[campaign.campaign_id] == ([], None) and (campaign.delivery.distribution is None or named):
             reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
-        else:
-            reserved = await store.write(lambda tx: self._reserve(tx, attempt, campaign, candidates, checks))
-        if reserved is None:
-            return  # queued until a window opens or a limit resets
+        else:  # one write unit takes the campaign's slots and chooses the buyer
+            reserved, chosen = await store.write(
+                lambda tx: self._reserve_and_choose(tx, attempt, campaign, candidates, checks, named))
+        if reserved is None or chosen is STOPPED:
+            return  # queued until a window opens or a limit resets, parked for a paused buyer, or ended
         attempt = reserved.attempt
-        target = await self._target(attempt, reserved.campaign)
-        if not isinstance(target, str | None):  # STOPPED: the job waits for a paused endpoint or an
-            return  # endpoint's room, or the waterfall ended
+        target = chosen if isinstance(chosen, str) else await self._target(attempt, reserved.campaign, named)
+        if not isinstance(target, str | None):  # STOPPED: the job waits for its paused endpoint
+            return
         crash: JourneyError | None = None
         asked = False  # the buyer was asked: only its answers move its health, not our own problems
         opened = self._endpoint(attempt, target)
@@ -284,17 +287,27 @@ class DeliveryWorker:
 
     # ---- which endpoint -----------------------------------------------------------------------
 
-    async def _target(self, attempt: Attempt, campaign: Campaign) -> str | None | object:
-        """The endpoint this attempt goes to (None: the campaign names none); STOPPED when the job
-        was parked, queued or ended instead (written here). A repost that named an endpoint, or
-        a campaign with one, goes there; a campaign with a distribution chooses in a write unit
-        (see `_choose`)."""
+    def _reserve_and_choose(self, tx: Session, attempt: Attempt, campaign: Campaign, candidates: dict[str, Campaign],
+                            checks: dict[str, tuple[list[LimitCheck], Blocked | None]],
+                            named: str | None) -> tuple[Reserved | None, str | None | object]:
+        """In one write transaction: the campaign's slots (`_reserve`, which may move the lead to
+        another campaign), then, when that campaign has a distribution, its buyer (`_choose`).
+        The buyer is None when the campaign has no distribution (or a repost named one); STOPPED
+        when the job was queued, parked or ended."""
+        reserved = self._reserve(tx, attempt, campaign, candidates, checks) \
+            if checks[campaign.campaign_id] != ([], None) else Reserved(campaign, attempt)
+        if reserved is None:
+            return None, STOPPED
+        distribution = reserved.campaign.delivery.distribution
+        if distribution is None or named is not None:
+            return reserved, None
+        chosen = self._choose(tx, reserved.attempt, reserved.campaign, distribution)
+        return reserved, STOPPED if chosen is None else chosen
+
+    async def _target(self, attempt: Attempt, campaign: Campaign, named: str | None) -> str | None | object:
+        """The endpoint of a campaign without a distribution, or the one a repost named (None:
+        none); STOPPED when it is paused and the job was parked instead."""
         job, store = attempt.job, self.runtime.store
-        distribution = campaign.delivery.distribution
-        named = endpoint_override(attempt.submission)
-        if distribution is not None and named is None:
-            chosen = await store.write(lambda tx: self._choose(tx, attempt, campaign, distribution))
-            return STOPPED if chosen is None else chosen
         target = named or campaign.delivery.delivery_endpoint_id
         if target and store.reader().endpoints.is_paused(job.tenant_id, target):
             parked = await store.write(lambda tx: self._park(tx, attempt, target, attempted=False))
@@ -556,6 +569,9 @@ class DeliveryWorker:
         """The endpoint's health after this answer; the reason when the answer paused it."""
         tenant_id, now = attempt.job.tenant_id, iso(now_dt)
         tx.endpoints.count_answer(tenant_id, target, hour_of(now_dt), result.outcome)
+        if result.outcome in ("success", "duplicate"):  # the usual answer: written without a read
+            tx.endpoints.healthy_answer(tenant_id, target, now if result.outcome == "success" else None)
+            return None
         policy = endpoint.health_policy if endpoint is not None else HealthPolicy()
         health, paused_now = after_answer(tx.endpoints.health(tenant_id, target), result.outcome, result.reason,
                                           policy, now)

@@ -12,6 +12,8 @@ endpoint is the entries' own deliveryEndpointId (with a distribution, the buyer 
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Mapping
 from datetime import datetime
 
@@ -64,3 +66,17 @@ async def summary(store: Store, tenant_id: str, span: ReportRange,
                   campaigns: Mapping[str, Campaign] | None = None) -> ReportSummary:
     """`read_summary` on a worker thread with its own read session."""
     return await store.read_off_loop(lambda tx: read_summary(tx, tenant_id, span, campaigns))
+
+
+CSV_COLUMNS = ("key", "label", "leads", "qualified", "delivered", "failed", "duplicate", "disqualified", "returned",
+               "cost", "revenue", "margin", "currency")
+
+
+def summary_csv(data: dict) -> str:
+    """A summary (as the API's `data` object) as CSV: a header row, one row per key and currency
+    (`appliance report --csv` and the console's download)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    writer.writerows([["" if row[c] is None else row[c] for c in CSV_COLUMNS] for row in data["rows"]])
+    return out.getvalue()

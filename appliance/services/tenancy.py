@@ -100,6 +100,7 @@ def revoke_key(runtime: Runtime, key_id: str) -> None:
         if tenant_id is None:
             raise AdminError(f"key {key_id} does not exist")
         tx.tenants.revoke_key(key_id, now)
+        tx.console_sessions.delete_of_key(key_id)  # its console sign-ins end with it
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
         tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now

@@ -7,6 +7,7 @@ from appliance.storage.activity import ActivityRow
 from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
+from appliance.storage.console_sessions import ConsoleSessionRecord
 from appliance.storage.db import StorageError, inspect_backup, restore_database
 from appliance.storage.imports import MAX_ERRORS as MAX_IMPORT_ERRORS, ImportRecord
 from appliance.storage.jobs import Job
@@ -35,6 +36,6 @@ __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
-    "ActivityRow", "CampaignFilter", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
+    "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "open_postgresql", "restore_database",
 ]

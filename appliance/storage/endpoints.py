@@ -41,6 +41,15 @@ class Endpoints:
             f"INSERT OR REPLACE INTO endpoint_health(tenant_id, endpoint_id, {_HEALTH})"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (tenant_id, endpoint_id, *msgspec.structs.astuple(health)))
 
+    def healthy_answer(self, tenant_id: str, endpoint_id: str, success_at: str | None) -> None:
+        """A success (`success_at`) or a duplicate: both runs end (`after_answer`'s rule, in one
+        statement: such an answer never pauses, so the row need not be read first)."""
+        self._conn.execute(
+            "INSERT INTO endpoint_health(tenant_id, endpoint_id, last_success_at) VALUES (?, ?, ?)"
+            " ON CONFLICT DO UPDATE SET consecutive_errors = 0, consecutive_failures = 0,"
+            " last_success_at = coalesce(excluded.last_success_at, last_success_at)",
+            (tenant_id, endpoint_id, success_at))
+
     def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
         column = _COUNTED.get(outcome)
         if column is None:

@@ -171,6 +171,12 @@ class Jobs:
         return self._conn.execute("SELECT kind, state, count(*) FROM jobs WHERE state IN ('ready', 'held', 'paused', 'running')"
                                   " GROUP BY kind, state ORDER BY kind, state").fetchall()
 
+    def open_count(self, tenant_id: str) -> int:
+        """The tenant's jobs not finished: waiting, held, parked for a paused endpoint or running."""
+        return self._conn.execute(
+            "SELECT count(*) FROM jobs WHERE tenant_id = ? AND state IN ('ready', 'held', 'paused', 'running')",
+            (tenant_id,)).fetchone()[0]
+
     def lead_has_running_job(self, tenant_id: str, lead_id: str) -> bool:
         return self._conn.execute(
             "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1", (tenant_id, lead_id)

@@ -556,3 +556,23 @@ def m012_lead_imports(conn: apsw.Connection) -> None:
         CREATE INDEX lead_imports_running ON lead_imports(state) WHERE state = 'running';
         """
     )
+
+
+@migration
+def m013_console_sessions(conn: apsw.Connection) -> None:
+    # The admin console's sign-ins (storage/console_sessions.py): the cookie's token is stored
+    # only as its SHA-256, like API keys. A session lives while its key does (reads join api_keys).
+    conn.execute(
+        """
+        CREATE TABLE console_sessions (
+            session_hash BLOB PRIMARY KEY CHECK (length(session_hash) = 32),
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            key_id TEXT NOT NULL REFERENCES api_keys(key_id),
+            csrf_token TEXT NOT NULL,  -- the forms' token: not a credential on its own
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX console_sessions_by_key ON console_sessions(key_id);
+        CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
+        """
+    )

@@ -3,7 +3,7 @@
 A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
-`tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`).
+`tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -30,6 +30,7 @@ from appliance.storage.activity import Activity
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import Catalog
 from appliance.storage.change_signal import ChangeSignal
+from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import Database, optimize
 from appliance.storage.endpoints import Endpoints
 from appliance.storage.files import Files
@@ -50,7 +51,7 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "caps", "catalog", "endpoints", "files", "imports", "jobs", "leads", "ledger",
+    __slots__ = ("_conn", "activity", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger",
                  "messages", "reports", "secrets", "suppression", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -70,6 +71,7 @@ class Session:
         self.suppression = Suppression(conn)
         self.endpoints = Endpoints(conn)
         self.imports = Imports(conn)
+        self.console_sessions = ConsoleSessions(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()

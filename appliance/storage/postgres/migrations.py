@@ -455,3 +455,16 @@ CREATE TABLE lead_imports (
 );
 CREATE INDEX lead_imports_running ON lead_imports(state) WHERE state = 'running';
 """)
+
+_migration("m013_console_sessions", """
+CREATE TABLE console_sessions (
+    session_hash bytea PRIMARY KEY CHECK (length(session_hash) = 32),
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    key_id text NOT NULL REFERENCES api_keys(key_id),
+    csrf_token text NOT NULL,
+    created_at text NOT NULL,
+    expires_at text NOT NULL
+);
+CREATE INDEX console_sessions_by_key ON console_sessions(key_id);
+CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
+""")

@@ -276,6 +276,13 @@ class PgEndpoints(Endpoints):
             f" ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET {updates}",
             (tenant_id, endpoint_id, *msgspec.structs.astuple(health)))
 
+    def healthy_answer(self, tenant_id: str, endpoint_id: str, success_at: str | None) -> None:
+        self._conn.execute(
+            "INSERT INTO endpoint_health(tenant_id, endpoint_id, last_success_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET consecutive_errors = 0, consecutive_failures = 0,"
+            " last_success_at = coalesce(excluded.last_success_at, endpoint_health.last_success_at)",
+            (tenant_id, endpoint_id, success_at))
+
     def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
         column = _COUNTED.get(outcome)
         if column is None:

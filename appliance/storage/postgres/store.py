@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from appliance.storage.activity import Activity
+from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError
 from appliance.storage.files import Files
 from appliance.storage.imports import Imports
@@ -55,6 +56,7 @@ class PgSession(Session):
         self.suppression = PgSuppression(conn)
         self.endpoints = PgEndpoints(conn)
         self.imports = Imports(conn)
+        self.console_sessions = ConsoleSessions(conn)
 
 
 class PgStore(Store):

@@ -1,0 +1,83 @@
+"""Who is signed in to the console, and the checks every console request passes: a live session
+cookie (a guard on every page but sign-in), the CSRF token of every form, and the headers that
+keep the pages out of frames, caches and other origins' scripts."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from litestar.connection import ASGIConnection
+from litestar.handlers import BaseRouteHandler
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+from appliance.services import console
+from appliance.storage import ConsoleSessionRecord, KeyRecord
+
+COOKIE = "console_session"
+SIGN_IN_COOKIE = "console_sign_in"  # the sign-in form's CSRF token, before any session exists
+CSRF_FIELD = "csrf"
+HEADERS = [
+    (b"content-security-policy", b"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self';"
+                                 b" frame-ancestors 'none'; base-uri 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"cache-control", b"no-store"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class SignInRequired(Exception):
+    """No live session: the page redirects to sign-in."""
+
+
+class CsrfRefused(Exception):
+    """A form without its session's token (forged, stale or missing): 403."""
+
+
+def session_guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
+    """Every console page but sign-in needs a live session (not signed out, not expired, its key
+    not revoked); the request then runs as that key (the activity log names it)."""
+    if handler.opt.get("signed_out"):
+        return
+    token = connection.cookies.get(COOKIE)
+    found = console.find_session(connection.app.state.runtime, token) if token else None
+    if found is None:
+        raise SignInRequired()
+    connection.scope["state"]["console"] = found
+    connection.scope["state"]["principal"] = KeyRecord(found.key_id, found.tenant_id, found.kind, found.source_id,
+                                                       found.config_rev)
+
+
+def signed_in(connection: ASGIConnection) -> ConsoleSessionRecord:
+    return connection.scope["state"]["console"]
+
+
+def who(connection: ASGIConnection) -> KeyRecord:
+    return connection.scope["state"]["principal"]
+
+
+def check_csrf(expected: str | None, sent: Any) -> None:
+    if not (expected and isinstance(sent, str) and hmac.compare_digest(expected.encode(), sent.encode())):
+        raise CsrfRefused()
+
+
+def cookie_options(connection: ASGIConnection, max_age: int) -> dict[str, Any]:
+    """HttpOnly, SameSite=Strict, scoped to /admin; Secure when the request came over TLS."""
+    return {"max_age": max_age, "path": "/admin", "httponly": True, "samesite": "strict",
+            "secure": connection.scope.get("scheme") == "https"}
+
+
+def security_headers(app: ASGIApp) -> ASGIApp:
+    """Adds HEADERS to every console answer, error pages and redirects included."""
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                names = {name for name, _ in HEADERS}
+                message["headers"] = [*(h for h in message.get("headers", ()) if h[0].lower() not in names),
+                                      *HEADERS]
+            await send(message)
+
+        await app(scope, receive, send_with_headers)
+
+    return middleware

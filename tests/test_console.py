@@ -1,0 +1,260 @@
+"""The admin console through HTTP (Litestar's test client, no browser): signing in and out,
+sessions that expire or end with their key, CSRF tokens, tenancy, escaping, headers, and each
+page answering. tests/test_console_browser.py drives the same pages in Chromium."""
+
+from __future__ import annotations
+
+import re
+
+from appliance.services import tenancy
+from tests.api_helpers import SUBMIT
+from tests.conftest import make_tenant
+from tests.submit_support import api, clock  # noqa: F401 (fixtures)
+from tests.servers import person
+
+_TOKEN = re.compile(r'name="csrf" value="([^"]+)"')
+PAGES = ("/admin/", "/admin/leads", "/admin/review", "/admin/failures", "/admin/endpoints", "/admin/webhooks",
+         "/admin/reports", "/admin/import")
+
+
+def csrf_of(html: str) -> str:
+    found = _TOKEN.search(html)
+    assert found, html[:500]
+    return found.group(1)
+
+
+def sign_in(client, key: str) -> str:
+    """Signs the client in; returns the session's CSRF token."""
+    token = csrf_of(client.get("/admin/sign-in").text)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": key}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/admin", answer.text
+    page = client.get("/admin/")
+    assert page.status_code == 200
+    return csrf_of(page.text)
+
+
+def submit(client, tenant, **fields) -> str:
+    answer = client.post(SUBMIT, json={"campaignId": "AC01", **person(7), **fields}, headers=tenant.headers)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["data"]["leadId"]
+
+
+def signed_out(answer) -> bool:
+    return answer.status_code == 303 and answer.headers["location"] == "/admin/sign-in"
+
+
+def test_pages_need_a_session(client):
+    for path in (*PAGES, "/admin/leads/lead_X"):
+        assert signed_out(client.get(path, follow_redirects=False)), path
+    assert signed_out(client.post("/admin/sign-out", data={"csrf": "x"}, follow_redirects=False))
+
+
+def test_sign_in_sets_a_strict_http_only_cookie_and_every_page_answers(client, tenant):
+    token = csrf_of(client.get("/admin/sign-in").text)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+    cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict") and "Path=/admin" in cookie
+    assert "Max-Age=43200" in cookie and "Secure" not in cookie  # plain HTTP here: no Secure
+    assert tenant.key not in cookie
+    for path in PAGES:
+        page = client.get(path)
+        assert page.status_code == 200, (path, page.text[:300])
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert tenant.key not in page.text
+    css = client.get("/admin/static/console.css")
+    assert css.status_code == 200 and "text/css" in css.headers["content-type"]
+
+
+def test_wrong_and_source_keys_are_refused(client, runtime, tenant):
+    token = csrf_of(client.get("/admin/sign-in").text)
+    wrong_key = tenant.key[:-1] + ("y" if tenant.key.endswith("x") else "x")  # one character off
+    wrong = client.post("/admin/sign-in", data={"csrf": token, "apiKey": wrong_key})
+    assert wrong.status_code == 401 and "not a live API key" in wrong.text
+    source = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src").key
+    refused = client.post("/admin/sign-in", data={"csrf": csrf_of(wrong.text), "apiKey": source})
+    assert refused.status_code == 403 and "source key" in refused.text
+    assert signed_out(client.get("/admin/", follow_redirects=False))
+
+
+def test_sign_in_without_its_form_token_is_refused(client, tenant):
+    client.get("/admin/sign-in")
+    for data in ({"apiKey": tenant.key}, {"apiKey": tenant.key, "csrf": "forged"}):
+        answer = client.post("/admin/sign-in", data=data)
+        assert answer.status_code == 403 and "refused" in answer.text
+    assert signed_out(client.get("/admin/", follow_redirects=False))
+
+
+def test_forms_without_the_sessions_token_are_refused(client, tenant):
+    sign_in(client, tenant.key)
+    lead_id = submit(client, tenant)
+    for path in ("/admin/sign-out", f"/admin/leads/{lead_id}/repost", f"/admin/leads/{lead_id}/decision",
+                 "/admin/endpoints/A-ep/pause", "/admin/failures/repost"):
+        for data in ({}, {"csrf": "forged-token"}):
+            answer = client.post(path, data={**data, "decision": "approved", "status": "failed", "leadId": lead_id})
+            assert answer.status_code == 403, (path, answer.status_code)
+            assert "This form was refused" in answer.text and answer.headers["x-frame-options"] == "DENY"
+    assert client.get("/api/v1/endpoints", headers=tenant.headers).json()["data"]["items"][0]["state"] == "active"
+    assert client.get("/admin/").status_code == 200  # still signed in: a refused sign-out ended nothing
+
+
+def test_import_form_without_the_token_is_refused(client, tenant):
+    sign_in(client, tenant.key)
+    answer = client.post("/admin/import", data={"campaignId": "AC01"},
+                         files={"file": ("leads.csv", b"email\nx@example.com\n", "text/csv")})
+    assert answer.status_code == 403
+    assert client.get("/api/v1/leads", headers=tenant.headers).json()["data"]["leads"] == []
+
+
+def test_sign_out_ends_the_session_on_the_server(client, tenant):
+    token = sign_in(client, tenant.key)
+    old = client.cookies.get("console_session")
+    answer = client.post("/admin/sign-out", data={"csrf": token}, follow_redirects=False)
+    assert signed_out(answer)
+    client.cookies.set("console_session", old, path="/admin")  # the old cookie, sent again
+    assert signed_out(client.get("/admin/", follow_redirects=False))
+
+
+def test_a_revoked_key_ends_its_sessions(client, runtime, tenant):
+    sign_in(client, tenant.key)
+    tenancy.revoke_key(runtime, tenant.key_id)
+    assert signed_out(client.get("/admin/leads", follow_redirects=False))
+
+
+def test_a_session_expires_after_12_hours(api, runtime, tenant, clock):  # noqa: F811 (the fixtures)
+    sign_in(api, tenant.key)
+    clock.advance(hours=11, minutes=59)
+    assert api.get("/admin/").status_code == 200
+    clock.advance(minutes=2)
+    assert signed_out(api.get("/admin/", follow_redirects=False))
+
+
+def test_another_tenants_lead_is_answered_as_a_missing_one(client, runtime, tenant, other_tenant):
+    theirs = submit(client, other_tenant, campaignId="OC01")
+    sign_in(client, tenant.key)
+    missing = client.get("/admin/leads/lead_01ZZZZZZZZZZZZZZZZZZZZZZZZ")
+    foreign = client.get(f"/admin/leads/{theirs}")
+    assert missing.status_code == foreign.status_code == 404
+    assert foreign.text.replace(theirs, "ID") == missing.text.replace("lead_01ZZZZZZZZZZZZZZZZZZZZZZZZ", "ID")
+    token = csrf_of(client.get("/admin/").text)
+    assert client.post(f"/admin/leads/{theirs}/repost", data={"csrf": token}).status_code == 404
+    assert client.post(f"/admin/leads/{theirs}/decision", data={"csrf": token, "decision": "approved"}).status_code == 404
+    listed = client.get("/admin/leads", params={"search": "jane7@example.com"}).text
+    assert theirs not in listed
+
+
+def test_lead_search_and_a_script_named_lead_shown_as_text(client, tenant):
+    lead_id = submit(client, tenant, firstName="<script>alert(1)</script>", email="findme@example.com")
+    other = submit(client, tenant, email="someone@example.com", phone="+14155550199")
+    sign_in(client, tenant.key)
+    found = client.get("/admin/leads", params={"search": "FindMe@example.com"}).text
+    assert lead_id in found and other not in found
+    page = client.get(f"/admin/leads/{lead_id}").text
+    assert "<script>alert(1)</script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    bad = client.get("/admin/leads", params={"startDate": "not a date"})
+    assert bad.status_code == 400 and "startDate" in bad.text
+
+
+def test_review_queue_approve_and_reject(client, runtime, tenant):
+    import json
+    tenancy.import_bundle(runtime, tenant.tenant_id, json.dumps({"campaigns": [{
+        "campaignId": "REV", "name": "Reviewed", "firstIntakeAction": {"enabled": True, "action": "human_review"},
+        "delivery": {"deliveryEndpointId": "A-ep"}}]}).encode(), "json")
+    first, second = submit(client, tenant, campaignId="REV"), submit(client, tenant, campaignId="REV",
+                                                                     email="second@example.com", phone="+14155550142")
+    token = sign_in(client, tenant.key)
+    queue = client.get("/admin/review").text
+    assert first in queue and second in queue
+    no_reason = client.post(f"/admin/leads/{second}/decision", data={"csrf": token, "decision": "rejected"})
+    assert no_reason.status_code == 400 and "reason" in no_reason.text
+    done = client.post(f"/admin/leads/{first}/decision", data={"csrf": token, "decision": "approved", "back": "review"},
+                       follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/admin/review?notice=approved"
+    client.post(f"/admin/leads/{second}/decision", data={"csrf": token, "decision": "rejected", "reason": "fake name"})
+    lead = client.get(f"/api/v1/leads/{second}", headers=tenant.headers).json()["data"]
+    assert lead["status"] == "rejected" and lead["approval"]["reason"] == "fake name"
+    assert client.get(f"/api/v1/leads/{first}", headers=tenant.headers).json()["data"]["approval"]["status"] == "approved"
+    again = client.post(f"/admin/leads/{first}/decision", data={"csrf": token, "decision": "approved"})
+    assert again.status_code == 409 and "already approved" in again.text
+
+
+def test_endpoint_pause_and_resume(client, tenant):
+    token = sign_in(client, tenant.key)
+    answer = client.post("/admin/endpoints/A-ep/pause", data={"csrf": token, "reason": "buyer asked"})
+    assert answer.status_code == 200 and "buyer asked" in answer.text and "Resume A-ep" in answer.text
+    item = client.get("/api/v1/endpoints", headers=tenant.headers).json()["data"]["items"][0]
+    assert item["state"] == "paused" and item["pausedReason"] == "buyer asked"
+    assert "buyer asked" in client.get("/admin/").text  # the overview lists it
+    client.post("/admin/endpoints/A-ep/resume", data={"csrf": token})
+    assert client.get("/api/v1/endpoints", headers=tenant.headers).json()["data"]["items"][0]["state"] == "active"
+    assert client.post("/admin/endpoints/nope/pause", data={"csrf": token}).status_code == 404
+
+
+def test_reports_page_and_csv(client, tenant):
+    submit(client, tenant)
+    sign_in(client, tenant.key)
+    page = client.get("/admin/reports", params={"groupBy": "campaign"})
+    assert page.status_code == 200 and "Auto Accident West" in page.text and "<svg" in page.text
+    csv = client.get("/admin/reports.csv", params={"groupBy": "campaign"})
+    assert csv.status_code == 200 and csv.headers["content-type"].startswith("text/csv")
+    assert csv.text.splitlines()[0].startswith("key,label,leads") and "AC01" in csv.text
+    assert client.get("/admin/reports", params={"groupBy": "nope"}).status_code == 400
+
+
+def test_csv_import_with_progress_and_row_errors(client, tenant):
+    token = sign_in(client, tenant.key)
+    rows = b"firstName,lastName,email,phone\nAnn,Lee,ann@example.com,+14155550101\nBob,Ray,not-an-email,\n"
+    answer = client.post("/admin/import", data={"csrf": token, "campaignId": "AC01", "process": "true"},
+                         files={"file": ("leads.csv", rows, "text/csv")}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"].startswith("/admin/imports/imp")
+    progress = answer.headers["location"]
+    for _ in range(100):
+        page = client.get(progress)
+        if "Done." in page.text:
+            break
+    assert "Done." in page.text and 'http-equiv="refresh"' not in page.text
+    assert re.search(r'id="import-created">1<', page.text) and re.search(r'id="import-failed">1<', page.text)
+    assert re.search(r'<td class="num">2</td><td>[^<]*email: must be a valid email address', page.text)
+    other = make_tenant(client.app.state.runtime, "Third")
+    client.cookies.clear()
+    sign_in(client, other.key)
+    assert client.get(progress).status_code == 404
+
+
+def test_console_routes_stay_out_of_the_api_document(client):
+    paths = client.get("/schema/openapi.json").json()["paths"]
+    assert paths and not [p for p in paths if p.startswith("/admin")]
+    assert "/api/v1/leads/submit" in paths
+
+
+def test_the_cookie_is_secure_over_tls(runtime, tenant):
+    from litestar.testing import TestClient
+
+    from appliance.app import create_app
+
+    with TestClient(create_app(runtime, background=False), base_url="https://console.example") as tls:
+        token = csrf_of(tls.get("/admin/sign-in").text)
+        answer = tls.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+        cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
+        assert "Secure" in cookie and "HttpOnly" in cookie
+
+
+def test_refused_actions_answer_pages_that_say_why(client, tenant):
+    token = sign_in(client, tenant.key)
+    lead_id = submit(client, tenant)  # qualified, its delivery queued: not a lead to send again
+    cases = [
+        ("/admin/endpoints/A-ep/explode", {}, 404, "Not found"),
+        ("/admin/failures/repost", {"status": "failed"}, 400, "leadId: between 1 and 100 leads"),
+        ("/admin/failures/repost", {"status": "delivered", "leadId": lead_id}, 400, "status: must be one of"),
+        (f"/admin/leads/{lead_id}/repost", {}, 409, "That cannot be done now"),
+        (f"/admin/leads/{lead_id}/decision", {"decision": "maybe"}, 400, "decision: must be approved or rejected"),
+    ]
+    for path, data, status, text in cases:
+        answer = client.post(path, data={"csrf": token, **data})
+        assert answer.status_code == status and text in answer.text, (path, answer.status_code, answer.text[-600:])
+    bad = client.post("/admin/import", data={"csrf": token, "campaignId": "nope"},
+                      files={"file": ("leads.csv", b"email\nx@example.com\n", "text/csv")})
+    assert bad.status_code == 400 and "campaignId" in bad.text
+    assert client.get("/admin/imports/imp_missing").status_code == 404
+    assert client.get("/admin/failures", params={"status": "delivered"}).status_code == 400
