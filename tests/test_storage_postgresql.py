@@ -5,6 +5,8 @@ processes, job claims across stores. A real throwaway cluster (tests/postgres_cl
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import threading
 import time
 
@@ -28,7 +30,7 @@ def store(postgres_url):
 
 
 def test_the_same_migrations_by_name_recorded_and_run_twice_change_nothing(postgres_url):
-    assert [name for name, _ in MIGRATIONS] == [name for name, _ in SQLITE_MIGRATIONS]
+    assert [name for name, _ in MIGRATIONS if not name.startswith("pg")] == [name for name, _ in SQLITE_MIGRATIONS]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         names = [n for (n,) in conn.execute("SELECT name FROM migrations ORDER BY name")]
         assert names == sorted(name for name, _ in MIGRATIONS)
@@ -185,3 +187,78 @@ def test_two_stores_claiming_at_once_never_claim_a_job_twice(postgres_url):
     finally:
         for s in stores:
             s.close()
+
+
+_CLAIMER = """
+import sys, time
+from appliance.storage.postgres.store import PgStore
+store = PgStore.open_url(sys.argv[1])
+store.leases.seconds, store.leases.every = 1.0, 0.2
+def claim(tx):
+    jobs = tx.jobs.claim_due(sys.argv[2], 5)
+    tx.caps.add_to_counter(jobs[0].tenant_id, "campaign:C", "2026-03-01")  # a delivery-limit slot held
+    tx.jobs.hold_reservations(jobs[0].job_id, [("campaign:C", "2026-03-01")])
+    return jobs
+print(len(store.write_sync(claim)), flush=True)
+time.sleep(600)
+"""
+
+
+def _queue_jobs(store, count):
+    def queue(tx):
+        tenant_id = tx.tenants.create_tenant("A", NOW)
+        for n in range(count):
+            tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=f"lead_{n}",
+                               submission_id=f"sub_{n}", due_at=NOW, now=NOW)
+        return tenant_id
+
+    return store.write_sync(queue)
+
+
+def test_a_dead_processs_jobs_are_taken_over_and_a_live_ones_never(postgres_url):
+    """Process A claims 5 jobs (one holding a delivery-limit slot) and keeps renewing its leases:
+    store B, starting and claiming meanwhile, leaves them alone. A is SIGKILLed: once its leases
+    run out B claims the 5 jobs, and the slot is given back."""
+    b = PgStore.open_url(postgres_url)
+    b.leases.seconds, b.leases.every = 1.0, 0.2
+    a = None
+    try:
+        tenant_id = _queue_jobs(b, 5)
+        a = subprocess.Popen([sys.executable, "-c", _CLAIMER, postgres_url, NOW], stdout=subprocess.PIPE, text=True)
+        assert a.stdout.readline().strip() == "5"
+        assert b.write_sync(lambda tx: tx.jobs.requeue_interrupted(NOW)) == 0  # B starts: A's jobs are A's
+        deadline = time.monotonic() + 3  # three lease lengths: A renews, B never finds them expired
+        while time.monotonic() < deadline:
+            assert b.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10)) == []
+            time.sleep(0.1)
+        assert b.reader().caps.counter_value(tenant_id, "campaign:C", "2026-03-01") == 1
+        a.kill()
+        a.wait(5)
+        taken: list = []
+        deadline = time.monotonic() + 10
+        while len(taken) < 5 and time.monotonic() < deadline:
+            taken += b.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))
+            time.sleep(0.1)
+        assert sorted(job.lead_id for job in taken) == [f"lead_{n}" for n in range(5)]
+        assert {job.attempts for job in taken} == {2}
+        assert b.reader().caps.counter_value(tenant_id, "campaign:C", "2026-03-01") == 0
+    finally:
+        if a is not None and a.poll() is None:
+            a.kill()
+            a.wait(5)
+        b.close()
+
+
+def test_a_store_closed_cleanly_hands_its_running_jobs_back_at_once(postgres_url):
+    """A clean stop leaves its jobs `running` (the worker cancels them); the next start takes
+    them without waiting out their leases."""
+    first = PgStore.open_url(postgres_url)
+    _queue_jobs(first, 3)
+    assert len(first.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))) == 3
+    first.close()
+    second = PgStore.open_url(postgres_url)
+    try:
+        assert second.write_sync(lambda tx: tx.jobs.requeue_interrupted(NOW)) == 3
+        assert len(second.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))) == 3
+    finally:
+        second.close()

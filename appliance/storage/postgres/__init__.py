@@ -6,5 +6,6 @@ sessions and repositories as the SQLite one beside it.
 - connection.py: a psycopg connection shaped like apsw's, so the repositories' standard SQL runs
   on both engines.
 - repositories.py: the statements PostgreSQL spells differently, overridden per repository.
-- migrations.py: m001..m012 for PostgreSQL, and how they differ from SQLite's.
+- leases.py: job leases, so a dead process's jobs are taken over and a live one's never.
+- migrations.py: m001..m013 for PostgreSQL (and its own pgNN), and how they differ from SQLite's.
 - store.py: PgStore and PgSession."""

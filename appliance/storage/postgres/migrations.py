@@ -11,6 +11,8 @@ at once, so they are applied under an advisory lock. Differences from the SQLite
   no PostgreSQL install predates m007, so there is nothing to copy.
 - The report rollups' money trigger is a PL/pgSQL function; `appliance_bucket` stands in for
   SQLite's `coalesce(unixepoch(t), 0) / seconds`.
+- Migrations named pgNN exist only here: job leases (pg01), which only a database several
+  processes share needs (leases.py).
 - Text is compared byte by byte (ids sort as in SQLite) because the database's collation is C:
   `apply` refuses a database created with another (see docs/postgresql-progress.md)."""
 
@@ -467,4 +469,12 @@ CREATE TABLE console_sessions (
 );
 CREATE INDEX console_sessions_by_key ON console_sessions(key_id);
 CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
+""")
+
+# PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
+# cannot collide with them).
+_migration("pg01_job_leases", """
+ALTER TABLE jobs ADD COLUMN claimed_by text;
+ALTER TABLE jobs ADD COLUMN lease_until timestamptz;
+CREATE INDEX jobs_running_leases ON jobs(lease_until) WHERE state = 'running';
 """)

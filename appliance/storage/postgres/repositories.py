@@ -31,6 +31,7 @@ from appliance.storage.leads import (
 )
 from appliance.storage.ledger import Ledger
 from appliance.storage.postgres.connection import PgConnection
+from appliance.storage.postgres.leases import JobLeases
 from appliance.storage.reports import _MONEY_KEYS, Reports, _pieces
 from appliance.storage.suppression import Suppression
 
@@ -145,8 +146,19 @@ class PgLeads(Leads):
         return [(row[0], _LEADS.json_of(row)) for row in rows]
 
 
+_EXPIRED = "state = 'running' AND (lease_until IS NULL OR lease_until < clock_timestamp())"
+_SERVER_NOW = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
+
+
 class PgJobs(Jobs):
-    __slots__ = ()
+    """Jobs on a database several processes share: a claim takes a lease (leases.py) that this
+    process renews; only jobs whose lease ended are queued again."""
+
+    __slots__ = ("_leases",)
+
+    def __init__(self, conn: PgConnection, leases: JobLeases) -> None:
+        super().__init__(conn)
+        self._leases = leases
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
                    due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = ()) -> int:
@@ -159,15 +171,45 @@ class PgJobs(Jobs):
         return job_id
 
     def claim_due(self, now: str, limit: int) -> list[Job]:
+        # A process that claims runs the lease thread from its first try, claimed or not: it is
+        # also what takes over the jobs of a process that died.
+        self._leases.keep()
         # SKIP LOCKED: another process claiming at the same moment takes the next jobs instead of
         # waiting for these (or failing its serializable transaction over them).
         return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1"
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1,"
+            " claimed_by = ?3, lease_until = clock_timestamp() + make_interval(secs => ?4)"
             " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
             "                  ORDER BY due_at, job_id LIMIT ?2 FOR UPDATE SKIP LOCKED)"
             " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts, endpoint_id, tried",
-            (now, limit),
+            (now, limit, self._leases.owner, self._leases.seconds),
         )]
+
+    def requeue_interrupted(self, now: str) -> int:
+        """At start: the running jobs whose lease ended, not every running job (on a shared
+        database most belong to processes still running them)."""
+        return self.requeue_expired()
+
+    def requeue_expired(self) -> int:
+        """Running jobs whose lease ended back to `ready`, their slots given back. Their due time
+        is kept (it has passed): they come first."""
+        expired = self._conn.execute(f"SELECT job_id, tenant_id FROM jobs WHERE {_EXPIRED}"
+                                     " FOR UPDATE SKIP LOCKED").fetchall()
+        for job_id, tenant_id in expired:
+            self.release_reservations(tenant_id, job_id)
+        if expired:
+            self._conn.execute(f"UPDATE jobs SET state = 'ready', updated_at = {_SERVER_NOW}, claimed_by = NULL,"
+                               " lease_until = NULL WHERE job_id = ANY(?)", ([job_id for job_id, _ in expired],))
+        return len(expired)
+
+    def renew_leases(self) -> None:
+        self._conn.execute("UPDATE jobs SET lease_until = clock_timestamp() + make_interval(secs => ?)"
+                           " WHERE state = 'running' AND claimed_by = ?", (self._leases.seconds, self._leases.owner))
+
+    def hand_back(self) -> None:
+        """This process's running jobs claimable now (it stops without finishing them)."""
+        self._conn.execute("UPDATE jobs SET lease_until = clock_timestamp() WHERE state = 'running' AND claimed_by = ?",
+                           (self._leases.owner,))
 
     def release_paused(self, tenant_id: str, endpoint_id: str | None, now: str) -> int:
         self._conn.execute(

@@ -16,6 +16,7 @@ from appliance.storage.imports import Imports
 from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
+from appliance.storage.postgres.leases import JobLeases
 from appliance.storage.postgres.repositories import (
     PgCaps,
     PgCatalog,
@@ -39,10 +40,10 @@ class PgSession(Session):
 
     __slots__ = ()
 
-    def __init__(self, conn: PgConnection) -> None:  # noqa: PLW0231 - the SQLite repositories are not wanted
+    def __init__(self, conn: PgConnection, leases: JobLeases) -> None:  # noqa: PLW0231 - the SQLite repositories are not wanted
         self._conn = conn
         self.leads = PgLeads(conn)
-        self.jobs = PgJobs(conn)
+        self.jobs = PgJobs(conn, leases)
         self.caps = PgCaps(conn)
         self.ledger = PgLedger(conn)
         self.catalog = PgCatalog(conn)
@@ -66,21 +67,22 @@ class PgStore(Store):
 
     def __init__(self, database: PgDatabase) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
+        self.leases = JobLeases(lambda fn: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases))))
 
     @classmethod
     def open_url(cls, url: str) -> PgStore:
         return cls(PgDatabase(url).open())
 
     def close(self) -> None:
+        self.leases.close()
         self.postgres.close()
 
     @property
     def path(self) -> Path:
         raise StorageError("a PostgreSQL store has no database file")
 
-    @staticmethod
-    def _with_session(unit: Unit[T]) -> Callable[[PgConnection], T]:
-        return lambda conn: unit(PgSession(conn))
+    def _with_session(self, unit: Unit[T]) -> Callable[[PgConnection], T]:
+        return lambda conn: unit(PgSession(conn, self.leases))
 
     async def write(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
         return await self.postgres.write(self._with_session(unit))
@@ -92,7 +94,7 @@ class PgStore(Store):
         return self.postgres.write_sync(self._with_session(unit))
 
     def reader(self) -> Session:
-        return PgSession(self.postgres.reader())
+        return PgSession(self.postgres.reader(), self.leases)
 
     async def read_off_loop(self, read: Callable[[Session], T]) -> T:
         return await asyncio.to_thread(lambda: read(self.reader()))

@@ -1,0 +1,73 @@
+"""Job leases: on a database several processes share, a `running` job belongs to the process that
+claimed it only while that process keeps renewing its lease. A job whose lease ran out (its
+process died, or lost the database for that long) goes back to the queue for any process to
+claim, its delivery-limit slots given back. The SQLite store needs none of this: one process
+owns its file, and the jobs it finds running at start are its own interrupted ones.
+
+Leases are timed by the database server's clock (`clock_timestamp()`), one clock for every
+machine, whatever their own clocks say."""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+
+from appliance.storage.db import StorageError
+
+log = logging.getLogger("appliance.storage")
+
+LEASE_SECONDS = 60.0  # a dead process's jobs are claimable this long after its last renewal...
+RENEW_SECONDS = 15.0  # ...and found within this much more: taken over within 75 s (contract: 2 min)
+
+
+class JobLeases:
+    """This process's leases. `keep()` (called by the first claim) starts the thread that renews
+    them and requeues other processes' expired ones every `every` seconds; a process that never
+    claims a job (a CLI command) runs no thread. `close()` hands this process's running jobs back
+    at once (a clean stop: a restart or another process takes them without waiting out the lease)."""
+
+    def __init__(self, write: Callable[[Callable], object], *, seconds: float = LEASE_SECONDS,
+                 every: float = RENEW_SECONDS) -> None:
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.seconds = seconds
+        self.every = every
+        self._write = write  # runs `fn(PgJobs)` in a write unit (store.py)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def keep(self) -> None:
+        if self._thread is not None or self._stop.is_set():
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="appliance-leases", daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                self._write(lambda jobs: jobs.renew_leases())
+                taken = self._write(lambda jobs: jobs.requeue_expired())
+            except StorageError as exc:  # the next round tries again; meanwhile the leases run on
+                log.warning("renewing job leases failed: %s", exc)
+                continue
+            if taken:
+                log.warning("%d running jobs of a process that stopped renewing them are queued again", taken)
+
+    def close(self) -> None:
+        """Stop renewing; this process's running jobs (left by a stop) are claimable at once."""
+        self._stop.set()
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is None:
+            return
+        thread.join(timeout=self.every + 5)
+        try:
+            self._write(lambda jobs: jobs.hand_back())
+        except StorageError as exc:
+            log.warning("handing back running jobs failed (taken over when their leases end): %s", exc)
