@@ -262,3 +262,70 @@ def test_a_store_closed_cleanly_hands_its_running_jobs_back_at_once(postgres_url
         assert len(second.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))) == 3
     finally:
         second.close()
+
+
+_LEADER = """
+import asyncio, sys, time
+from appliance.storage.postgres.store import PgStore
+store = PgStore.open_url(sys.argv[1])
+print(asyncio.run(store.runs_timed_work()), flush=True)
+time.sleep(600)
+"""
+
+
+def test_timed_work_has_one_leader_and_another_process_takes_over_when_it_dies(postgres_url):
+    a = subprocess.Popen([sys.executable, "-c", _LEADER, postgres_url], stdout=subprocess.PIPE, text=True)
+    b, c = PgStore.open_url(postgres_url), PgStore.open_url(postgres_url)
+    try:
+        assert a.stdout.readline().strip() == "True"
+        assert not asyncio.run(b.runs_timed_work()) and not asyncio.run(c.runs_timed_work())
+        a.kill()
+        a.wait(5)
+        deadline = time.monotonic() + 10  # the server ends the killed leader's session at once
+        while not asyncio.run(b.runs_timed_work()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert asyncio.run(b.runs_timed_work()) and not asyncio.run(c.runs_timed_work())  # B stays leader
+        b.close()
+        assert asyncio.run(c.runs_timed_work())  # a clean stop hands it on
+    finally:
+        if a.poll() is None:
+            a.kill()
+            a.wait(5)
+        b.close()
+        c.close()
+
+
+def test_two_tickers_on_one_database_purge_once(postgres_url, monkeypatch):
+    from types import SimpleNamespace
+
+    from appliance.clock import Clock
+    from appliance.jobs import ticker
+
+    purged: list[str] = []
+    purge = ticker.purge_old_activity
+
+    async def counted(runtime):
+        purged.append(runtime.name)
+        return await purge(runtime)
+
+    monkeypatch.setattr(ticker, "purge_old_activity", counted)
+    monkeypatch.setattr(ticker, "TICK_SECONDS", 0.05)
+    stores = [PgStore.open_url(postgres_url) for _ in range(2)]
+    config = SimpleNamespace(storage=SimpleNamespace(activity_log_days=30))
+    runtimes = [SimpleNamespace(name=n, store=s, clock=Clock(), activity=[], config=config)
+                for n, s in zip("ab", stores, strict=True)]
+
+    async def both() -> None:
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(ticker.run_ticker(r, stop)) for r in runtimes]
+        await asyncio.sleep(0.5)
+        stop.set()
+        await asyncio.gather(*tasks)
+
+    try:
+        asyncio.run(both())
+    finally:
+        for s in stores:
+            s.close()
+    assert len(purged) == 1  # both were due at start; one process holds the lock

@@ -1,7 +1,8 @@
 """Periodic housekeeping on monotonic ticks: flush the activity log, purge its (and the webhook
 attempts') old rows, settle
 SMS messages whose provider call was interrupted, refresh planner statistics.
-Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on."""
+Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on. Purges
+and settling run in one process per database (`Store.runs_timed_work`)."""
 
 from __future__ import annotations
 
@@ -80,9 +81,12 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             pass
         try:
             await flush_activity(runtime)
-            if purge.due():
+            # Purges and settling run once per database (processes sharing a PostgreSQL one elect a
+            # leader); the activity flush is each process's own buffer.
+            if purge.due() and await runtime.store.runs_timed_work():
                 await purge_old_activity(runtime)
-            if sms_settle.due() and (settled := await settle_interrupted_sms(runtime)):
+            if sms_settle.due() and await runtime.store.runs_timed_work() \
+                    and (settled := await settle_interrupted_sms(runtime)):
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)
             if planner_stats.due():
                 await runtime.store.optimize()

@@ -162,6 +162,11 @@ class Store:
         """A consistent copy while the service keeps writing."""
         self.sqlite.backup_to(dest)
 
+    async def runs_timed_work(self) -> bool:
+        """Whether this process runs the timed work (purges, settling interrupted SMS) that must
+        run once per database: here always, since one process owns the SQLite file."""
+        return True
+
     async def optimize(self) -> None:
         """Let the database refresh its query planner's statistics (cheap when nothing changed)."""
         await self.sqlite.write(optimize)

@@ -89,6 +89,50 @@ class ChangeListener:
         self._thread.join(timeout=5)
 
 
+_TIMED_WORK_LOCK = 0x6170706C69616E64  # the session advisory lock the timed-work leader holds
+# A leader whose machine vanished holds the lock until the server notices its connection is gone:
+# keepalives make that well under a minute instead of the system's default two hours.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
+class TimedWorkLeader:
+    """Timed work (purges, settling interrupted SMS) runs in one process per database: the one
+    holding a session-level advisory lock on a connection of its own. The lock ends with that
+    connection, so when the leader stops, dies or loses the database, the next process to ask
+    takes over. Asked only when a step is due (seconds to an hour apart)."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: psycopg.Connection | None = None
+        self._held = False
+        self._lock = threading.Lock()
+
+    def holds(self) -> bool:
+        with self._lock:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT,
+                                                 **_KEEPALIVES)
+                    self._held = False
+                if self._held:
+                    self._conn.execute("SELECT 1")  # still connected: still ours
+                else:
+                    (self._held,) = self._conn.execute("SELECT pg_try_advisory_lock(%s)",
+                                                       (_TIMED_WORK_LOCK,)).fetchone()
+            except psycopg.Error:
+                self._drop()
+            return self._held
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        self._conn, self._held = None, False
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+
 class PgDatabase:
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         self.url = url
@@ -98,6 +142,7 @@ class PgDatabase:
         self._readers: list[psycopg.Connection] = []
         self._readers_lock = threading.Lock()
         self.changes: ChangeListener | None = None
+        self.leader = TimedWorkLeader(url)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -130,6 +175,7 @@ class PgDatabase:
         if self.changes is not None:
             self.changes.close()
             self.changes = None
+        self.leader.close()
 
     def announce_admin_change(self) -> None:
         """Tell every process on this database that keys or tenant configuration changed."""

@@ -115,5 +115,9 @@ class PgStore(Store):
     def backup_to(self, dest: Path) -> None:
         raise StorageError("backup of a PostgreSQL database: use pg_dump (docs/postgresql-progress.md)")
 
+    async def runs_timed_work(self) -> bool:
+        """Whether this process is the leader among those sharing the database (engine.TimedWorkLeader)."""
+        return await asyncio.to_thread(self.postgres.leader.holds)
+
     async def optimize(self) -> None:
         """PostgreSQL's autovacuum keeps the planner's statistics."""
