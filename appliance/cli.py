@@ -32,7 +32,9 @@ from appliance.instance_lock import DataFolderBusy, hold, running_server
 from appliance.plugins import PluginError
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
-from appliance.storage import MIGRATIONS, StorageError, inspect_backup, restore_database
+from appliance.storage import (
+    MIGRATIONS, StorageError, copy_to_postgresql, inspect_backup, redact_url, restore_database,
+)
 
 
 def _fail(problems: list[str] | str) -> None:
@@ -586,6 +588,40 @@ def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> Non
                     "previous": str(keep_as) if kept else None},
           f"restored {backup_file} to {config.database_file}" + (f"\nthe database it replaced is kept as {keep_as}"
                                                                   if kept else ""))
+
+
+@main.command()
+@click.option("--to", "url", required=True, metavar="postgresql://USER@HOST/DB",
+              help="The empty PostgreSQL database (a password is better given in $APPLIANCE_DATABASE_URL"
+                   " and --to \"$APPLIANCE_DATABASE_URL\" left out of shell history).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def migrate(ctx: click.Context, url: str, as_json: bool) -> None:
+    """Copy this SQLite install into an empty PostgreSQL database, checking every table's row
+    count (refused while a server runs on the data folder). The master key stays in the data folder."""
+    config = ctx.obj["config"]()
+    if config.storage.backend != "sqlite":
+        _fail("migrate copies an SQLite install, and [storage] backend is already postgresql")
+    if not url.startswith(("postgresql://", "postgres://")):
+        _fail("--to takes a postgresql:// URL")
+    if not config.database_file.is_file():
+        _fail(f"no database at {config.database_file}: nothing to migrate")
+    try:  # held to the end: no server may write while the copy is taken
+        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), command="migrate")
+    except DataFolderBusy as exc:
+        _fail(f"{exc}: stop it before migrating")
+    try:
+        open_runtime(config).close()  # the install is sound, its master key right, its migrations applied
+        counts = copy_to_postgresql(config.database_file, url)
+    except (StorageError, SecretError) as exc:
+        _fail(str(exc))
+    finally:
+        lock.close()
+    shown = redact_url(url)
+    _emit(as_json, {"to": shown, "rows": counts},
+          f"copied {sum(counts.values())} rows in {len(counts)} tables to {shown} (counts checked)\n"
+          f"to serve from it: [storage] backend = \"postgresql\" and url (or $APPLIANCE_DATABASE_URL);"
+          f" keep [storage] path = {config.data_dir}: the master key stays there")
 
 
 @main.command()

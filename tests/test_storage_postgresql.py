@@ -15,7 +15,7 @@ import pytest
 
 from appliance.storage.db import StorageError
 from appliance.storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
-from appliance.storage.postgres.engine import redact
+from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.migrations import MIGRATIONS, apply
 from appliance.storage.postgres.store import PgStore
 
@@ -329,3 +329,15 @@ def test_two_tickers_on_one_database_purge_once(postgres_url, monkeypatch):
         for s in stores:
             s.close()
     assert len(purged) == 1  # both were due at start; one process holds the lock
+
+
+def test_a_worker_started_again_in_the_same_process_takes_back_its_own_running_jobs(postgres_url):
+    """The app stopped mid-attempt and started again on the same store: its leases are still
+    renewed, yet those jobs are nobody's now."""
+    store = PgStore.open_url(postgres_url)
+    try:
+        _queue_jobs(store, 2)
+        assert len(store.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))) == 2
+        assert store.write_sync(lambda tx: tx.jobs.requeue_interrupted(NOW)) == 2
+    finally:
+        store.close()

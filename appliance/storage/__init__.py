@@ -3,6 +3,8 @@
 The rest of the appliance imports only what this module exports: the store and its sessions
 (store.py), the errors, and the records and query shapes the repositories take and return."""
 
+from pathlib import Path
+
 from appliance.storage.activity import ActivityRow
 from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
@@ -15,6 +17,7 @@ from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
 from appliance.storage.ledger import LedgerFilter
 from appliance.storage.messages import Conversation, Message
 from appliance.storage.migrations import MIGRATIONS
+from appliance.storage.postgres.url import redact as redact_url
 from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import KeyListing, KeyRecord
 from appliance.storage.webhooks import NewEvents, OutboxEvent
@@ -32,10 +35,23 @@ def open_postgresql(url: str) -> Store:
     return PgStore.open_url(url)
 
 
+def copy_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
+    """The SQLite database copied into the empty PostgreSQL database at `url`, every table's row
+    count checked; rows per table (storage/postgres/copy.py)."""
+    try:
+        from appliance.storage.postgres.copy import copy_sqlite_to_postgresql
+    except ImportError:
+        raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
+                           "pip install 'appliance[postgresql]'") from None
+    return copy_sqlite_to_postgresql(sqlite_file, url)
+
+
+
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
-    "Message", "Session", "StorageError", "Store", "Unit", "inspect_backup", "open_postgresql", "restore_database",
+    "Message", "Session", "StorageError", "Store", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "restore_database",
 ]

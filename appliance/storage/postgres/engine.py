@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg import IsolationLevel
@@ -27,6 +26,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from appliance.storage.db import StorageError
 from appliance.storage.postgres.connection import PgConnection, configure
 from appliance.storage.postgres.migrations import apply as apply_migrations
+from appliance.storage.postgres.url import redact
 
 log = logging.getLogger("appliance.storage")
 T = TypeVar("T")
@@ -35,15 +35,6 @@ _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetect
 _MAX_RUNS = 30  # a unit aborted this many times in a row is reported, not run again
 _CHANNEL = "appliance_changes"
 _CONNECT_TIMEOUT = 10
-
-
-def redact(url: str) -> str:
-    """The URL with its password replaced, for messages and logs."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}:***@{host}"))
 
 
 def _reason(exc: BaseException) -> str:

@@ -186,15 +186,17 @@ class PgJobs(Jobs):
         )]
 
     def requeue_interrupted(self, now: str) -> int:
-        """At start: the running jobs whose lease ended, not every running job (on a shared
-        database most belong to processes still running them)."""
-        return self.requeue_expired()
+        """At a worker's start: the running jobs whose lease ended and this store's own (left by
+        an earlier worker in this process), not every running job: on a shared database the
+        others belong to processes still running them."""
+        return self.requeue_expired(mine=True)
 
-    def requeue_expired(self) -> int:
-        """Running jobs whose lease ended back to `ready`, their slots given back. Their due time
-        is kept (it has passed): they come first."""
-        expired = self._conn.execute(f"SELECT job_id, tenant_id FROM jobs WHERE {_EXPIRED}"
-                                     " FOR UPDATE SKIP LOCKED").fetchall()
+    def requeue_expired(self, *, mine: bool = False) -> int:
+        """Running jobs whose lease ended (and `mine`: this store's) back to `ready`, their slots
+        given back. Their due time is kept (it has passed): they come first."""
+        expired = self._conn.execute(
+            f"SELECT job_id, tenant_id FROM jobs WHERE {_EXPIRED} OR (state = 'running' AND claimed_by = ?)"
+            " FOR UPDATE SKIP LOCKED", (self._leases.owner if mine else None,)).fetchall()
         for job_id, tenant_id in expired:
             self.release_reservations(tenant_id, job_id)
         if expired:
