@@ -23,6 +23,7 @@ from appliance.api.io import MAX_BODY
 from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
 from appliance.console import routes as console
+from appliance.console.session import HEADERS as CONSOLE_HEADERS
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS
 from appliance.jobs.delivery import DeliveryWorker
@@ -64,12 +65,18 @@ class ApplianceApp(Litestar):
         state["request_id"] = rid
         header = (b"x-request-id", rid.encode())
         status_seen = 500
+        # Every answer under /admin carries the console's headers, also a 404 or 405 of a path no
+        # console route matched (the console router's own middleware runs only on its routes).
+        console_headers = CONSOLE_HEADERS if scope["path"].startswith("/admin") else ()
 
         async def send_with_id(message: Message) -> None:
             nonlocal status_seen
             if message["type"] == "http.response.start":
                 status_seen = message["status"]
                 headers = [*message.get("headers", ()), header]
+                if console_headers:
+                    names = {name for name, _ in console_headers}
+                    headers = [h for h in headers if h[0].lower() not in names] + list(console_headers)
                 if scope["method"] == "OPTIONS" and status_seen == 204:
                     allow = self.allow_header(scope.get("path_template", ""))
                     if allow is not None:

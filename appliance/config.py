@@ -34,6 +34,9 @@ class ServerConfig(Settings):
     header_timeout_seconds: float = 10.0
     # Connections still sending a request's headers; one more closes the one waiting longest.
     max_incomplete_requests: int = 256
+    # The console's session cookie is Secure on every answer (a TLS proxy in front that does not
+    # send X-Forwarded-Proto); without it, only when the request came over TLS.
+    secure_cookies: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:

@@ -8,6 +8,8 @@ prometheus-client is imported when the app is built, not by every command that o
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -33,7 +35,7 @@ class Metrics:
         counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
         self._latency_sum[key] += seconds
 
-    def families(self, queue: Callable[[], Any], backlog: Callable[[], Any]) -> Iterator[Any]:
+    def families(self, read: Callable[[], StoredReadings]) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
         submits = CounterMetricFamily("appliance_submits", "Leads submitted, by the status the submit answered",
@@ -46,18 +48,22 @@ class Metrics:
         for (outcome, endpoint), count in sorted(self.deliveries.items()):
             deliveries.add_metric([outcome, endpoint], count)
         yield deliveries
+        stored = read()
         depth = GaugeMetricFamily("appliance_queue_depth", "Jobs waiting or running, by kind and state",
                                   labels=["kind", "state"])
-        for kind, state, count in queue():
+        for kind, state, count in stored.queue:
             depth.add_metric([kind, state], count)
         yield depth
         waiting = GaugeMetricFamily("appliance_webhook_backlog",
                                     "Webhook events not yet delivered, by whether they wait for a retry",
                                     labels=["state"])
-        fresh, retrying = backlog()
+        fresh, retrying = stored.backlog
         waiting.add_metric(["queued"], fresh)
         waiting.add_metric(["retrying"], retrying)
         yield waiting
+        yield GaugeMetricFamily("appliance_endpoints_paused",
+                                "Delivery endpoints paused (by their health policy or by hand), all tenants",
+                                value=stored.paused_endpoints)
         latency = HistogramMetricFamily("appliance_request_duration_seconds",
                                         "Time to answer a request, by method and route", labels=["method", "route"])
         for (method, route), counts in sorted(self._latency.items()):
@@ -69,20 +75,27 @@ class Metrics:
         yield latency
 
 
+@dataclass(frozen=True)
+class StoredReadings:
+    """What a scrape reads from the database."""
+    queue: list[tuple[str, str, int]]  # (kind, state, jobs)
+    backlog: tuple[int, int]  # webhook events (queued for a first try, waiting for a retry)
+    paused_endpoints: int
+
+
 class _Collector:
-    def __init__(self, metrics: Metrics, queue: Callable[[], Any], backlog: Callable[[], Any]) -> None:
+    def __init__(self, metrics: Metrics, read: Callable[[], StoredReadings]) -> None:
         self.metrics = metrics
-        self.queue = queue
-        self.backlog = backlog
+        self.read = read
 
     def collect(self) -> Iterator[Any]:
-        return self.metrics.families(self.queue, self.backlog)
+        return self.metrics.families(self.read)
 
 
-def exposition(metrics: Metrics, queue: Callable[[], Any], backlog: Callable[[], Any]) -> Callable[[], bytes]:
+def exposition(metrics: Metrics, read: Callable[[], StoredReadings]) -> Callable[[], bytes]:
     """A function that renders the current metrics (one registry for the app, not the global one)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics, queue, backlog))  # type: ignore[arg-type]
+    registry.register(_Collector(metrics, read))  # type: ignore[arg-type]
     return lambda: generate_latest(registry)

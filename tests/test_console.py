@@ -4,6 +4,7 @@ page answering. tests/test_console_browser.py drives the same pages in Chromium.
 
 from __future__ import annotations
 
+import json
 import re
 
 from appliance.services import tenancy
@@ -258,3 +259,51 @@ def test_refused_actions_answer_pages_that_say_why(client, tenant):
     assert bad.status_code == 400 and "campaignId" in bad.text
     assert client.get("/admin/imports/imp_missing").status_code == 404
     assert client.get("/admin/failures", params={"status": "delivered"}).status_code == 400
+
+
+def test_the_cookie_is_secure_behind_a_tls_proxy_that_says_so(client, tenant):
+    token = csrf_of(client.get("/admin/sign-in").text)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False,
+                         headers={"X-Forwarded-Proto": "https"})
+    cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
+    assert "Secure" in cookie
+
+
+def test_every_answer_under_admin_carries_the_console_headers(client, tenant):
+    for method, path in (("GET", "/admin/nope"), ("GET", "/admin/sign-in"), ("DELETE", "/admin/leads"),
+                         ("GET", "/admin/static/nothing.css")):
+        answer = client.request(method, path, follow_redirects=False)
+        assert answer.headers.get("x-frame-options") == "DENY", (method, path, answer.status_code)
+        assert "frame-ancestors 'none'" in answer.headers.get("content-security-policy", ""), (method, path)
+        assert answer.headers.get("cache-control") == "no-store", (method, path)
+
+
+def test_signing_in_again_ends_the_session_before(client, tenant):
+    sign_in(client, tenant.key)
+    first = client.cookies.get("console_session")
+    sign_in(client, tenant.key)
+    assert client.cookies.get("console_session") != first
+    client.cookies.clear()
+    client.cookies.set("console_session", first)
+    stale = client.get("/admin/", follow_redirects=False)
+    assert stale.status_code in (302, 303) and stale.headers["location"].endswith("/admin/sign-in")
+
+
+def test_an_endpoint_whose_id_needs_escaping_can_be_paused_from_its_page(client, runtime, tenant):
+    tenancy.import_bundle(runtime, tenant.tenant_id, json.dumps({"deliveryEndpoints": [
+        {"deliveryEndpointId": "east #2?", "url": "https://east.example.com/in"}]}).encode(), "json")
+    token = sign_in(client, tenant.key)
+    page = client.get("/admin/endpoints").text
+    action = re.search(r'action="(/admin/endpoints/east[^"]*/pause)"', page).group(1)
+    assert action == "/admin/endpoints/east%20%232%3F/pause"
+    assert client.post(action, data={"csrf": token}).status_code == 200
+    items = client.get("/api/v1/endpoints", headers=tenant.headers).json()["data"]["items"]
+    assert {i["deliveryEndpointId"]: i["state"] for i in items}["east #2?"] == "paused"
+
+
+def test_sending_many_again_says_how_many_went(client, tenant):
+    token = sign_in(client, tenant.key)
+    lead_id = submit(client, tenant)  # qualified, not failed: it cannot be sent again
+    answer = client.post("/admin/failures/repost", data={"csrf": token, "status": "failed", "leadId": lead_id})
+    assert answer.status_code == 200
+    assert "0 of the leads shown were sent again; 1 could not be" in answer.text

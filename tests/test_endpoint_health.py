@@ -18,6 +18,7 @@ from standardwebhooks.webhooks import Webhook as Verifier
 from appliance.jobs.ticker import purge_old_activity
 from appliance.runtime import Runtime
 from appliance.services import tenancy
+from tests.api_helpers import samples
 from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
@@ -126,6 +127,7 @@ def test_a_pause_by_hand_holds_new_leads_and_a_resume_sends_them(live, runtime):
     tenant = tenant_with(runtime, endpoint("ep"), endpoint("other"))
     paused = post(live, tenant, "/api/v1/endpoints/ep/pause", {"reason": "invoice unpaid"})
     assert (paused["state"], paused["pausedReason"]) == ("paused", "invoice unpaid")
+    assert samples(live.get("/metrics").text)[("appliance_endpoints_paused", ())] == 1  # an operator's alert
     again = post(live, tenant, "/api/v1/endpoints/ep/pause")  # no body: a pause of a paused endpoint changes nothing
     assert again["pausedReason"] == "invoice unpaid"
     assert endpoints_of(live, tenant)["other"]["state"] == "active"
@@ -135,6 +137,7 @@ def test_a_pause_by_hand_holds_new_leads_and_a_resume_sends_them(live, runtime):
     assert jobs(runtime, data["submissionId"]) == ["paused"]
     post(live, tenant, "/api/v1/endpoints/ep/resume", {})
     wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert samples(live.get("/metrics").text)[("appliance_endpoints_paused", ())] == 0
 
 
 def test_a_distribution_skips_a_paused_endpoint_and_waits_when_all_are_paused(live, runtime):

@@ -68,3 +68,13 @@ def test_a_bad_option_is_one_line_and_exit_code_2(cli, shop, args, says):
 
 def test_an_unknown_tenant_is_refused(cli):
     assert cli("report", "--tenant", "tnt_nope", expect=1).stderr == "error: tenant tnt_nope does not exist\n"
+
+
+def test_a_label_a_spreadsheet_would_run_is_written_as_text(cli, runtime, client):
+    tenant = make_tenant(runtime, "Acme", {"campaigns": [
+        campaign("AC1", "=HYPERLINK(\"https://evil.example.com\")", client=("cli-1", "@SUM(A1)"),
+                 delivery={"revenueMilestones": [{"leadStatus": "qualified", "amount": -3}]})]})
+    submit(client, tenant, lead_body("AC1"))
+    rows = list(csv.reader(io.StringIO(cli("report", "--tenant", tenant.tenant_id, "--group-by", "client",
+                                            "--csv").stdout)))
+    assert rows[1][:2] == ["cli-1", "'@SUM(A1)"] and rows[1][10] == "-3.0"  # numbers stay numbers

@@ -113,7 +113,9 @@ def test_a_subscription_gets_only_the_events_it_names(live, runtime, receiver):
 
 
 def test_status_changes_by_hand_send_events_too(live, runtime, receiver):
-    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
+    # Closed for delivery on the fake clock's Tuesday: the job loop leaves the lead to the operator.
+    closed = {"deliverySchedule": {"specificDays": [{"day": "Monday", "startTime": "09:00", "endTime": "10:00"}]}}
+    tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer", delivery=closed)]})
     subscribe(live, tenant, receiver.url("/hooks"), events=["lead.disqualified", "lead.failed"])
     lead = submit(live, tenant, lead_body("NB1"))
     bulk = {"leadIds": [lead["leadId"]], "updates": {"status": "disqualified"}}

@@ -9,7 +9,7 @@ import hmac
 from litestar import Request, Response, get
 
 from appliance.errors import Unauthorized
-from appliance.metrics import exposition
+from appliance.metrics import StoredReadings, exposition
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -30,5 +30,9 @@ def routes(enabled: bool) -> list:
 
 def renderer(runtime) -> object:
     """The app's render function (its own prometheus-client registry)."""
-    return exposition(runtime.metrics, lambda: runtime.store.reader().jobs.open_jobs_by_kind_and_state(),
-                      lambda: runtime.store.reader().webhooks.backlog())
+    def read() -> StoredReadings:
+        with runtime.store.reader() as tx:
+            return StoredReadings(queue=tx.jobs.open_jobs_by_kind_and_state(), backlog=tx.webhooks.backlog(),
+                                  paused_endpoints=tx.endpoints.paused_count())
+
+    return exposition(runtime.metrics, read)

@@ -27,7 +27,7 @@ from appliance.api.leads import MAX_SEARCH, query_csv, query_id_range, search_fi
 from appliance.api.io import query_str
 from appliance.console.charts import bar_chart
 from appliance.console.session import (
-    COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, SignInRequired, check_csrf, cookie_options, security_headers,
+    COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, SignInRequired, check_csrf, cookie_options,
     session_guard, signed_in, who,
 )
 from appliance.domain.lead import LEAD_STATUSES
@@ -46,7 +46,7 @@ NOTICES = {
     "approved": "The lead was approved; its delivery is under way.",
     "rejected": "The lead was rejected.",
     "reposted": "The lead was sent again.",
-    "reposted_many": "The leads shown were sent again.",
+    "reposted_many": "{sent} of the leads shown were sent again; {skipped} could not be (their status changed).",
     "paused": "The endpoint is paused: its deliveries wait until it is resumed.",
     "resumed": "The endpoint is active again; the deliveries that waited are on their way.",
 }
@@ -61,8 +61,12 @@ def template_config() -> TemplateConfig:
 
 def _page(request: Request, name: str, status: int = 200, **context: Any) -> Template:
     found = request.scope["state"].get("console")
+    notice = NOTICES.get(request.query_params.get("notice", ""))
+    if notice is not None and "{" in notice:  # counts only: a link can put nothing else in the words
+        counts = {name: request.query_params.get(name, "") for name in ("sent", "skipped")}
+        notice = notice.format(**{k: int(v) if v.isdigit() and len(v) < 7 else "?" for k, v in counts.items()})
     context.update(csrf=found.csrf_token if found else None, signed_in=found is not None,
-                   notice=NOTICES.get(request.query_params.get("notice", "")), path=request.url.path)
+                   notice=notice, path=request.url.path)
     return Template(template_name=name, context=context, status_code=status, media_type="text/html")
 
 
@@ -108,6 +112,8 @@ async def sign_in(request: Request) -> Response:
         return _sign_in(request, "That key is not a live API key of this appliance.", 401)
     if record.kind != "tenant":
         return _sign_in(request, "That is a source key; sign in with a tenant key.", 403)
+    if request.cookies.get(COOKIE):  # signed in again: the session before ends now, not in 12 h
+        await console.end_session(request.app.state.runtime, request.cookies[COOKIE])
     made = await console.start_session(request.app.state.runtime, record)
     response = Redirect(path="/admin", status_code=303)
     response.set_cookie(COOKIE, made.token,
@@ -244,10 +250,11 @@ async def repost_many(request: Request) -> Response:
     if not lead_ids or len(lead_ids) > 100:
         raise ValidationFailed(["leadId: between 1 and 100 leads"])
     key, state = who(request), request.app.state
-    await reposts.redeliver(state.runtime, _settings(request), key.tenant_id, key.key_id,
-                            reposts.RedeliverBody(status=status, lead_ids=lead_ids))
+    done = await reposts.redeliver(state.runtime, _settings(request), key.tenant_id, key.key_id,
+                                   reposts.RedeliverBody(status=status, lead_ids=lead_ids))
     state.worker.wake()
-    return _back("/admin/failures", "reposted_many", status=status)
+    return _back("/admin/failures", "reposted_many", status=status, sent=str(done.reposted),
+                 skipped=str(len(lead_ids) - done.reposted))
 
 
 # ---- endpoints -----------------------------------------------------------------------------------
@@ -387,7 +394,6 @@ def router() -> Router:
         guards=[session_guard],
         opt={"console": True},
         include_in_schema=False,
-        middleware=[security_headers],
         exception_handlers={SignInRequired: _sign_in_again, CsrfRefused: _refused, ApiError: _api_error,
                             Exception: _unexpected},
     )

@@ -1,6 +1,7 @@
 """Who is signed in to the console, and the checks every console request passes: a live session
 cookie (a guard on every page but sign-in), the CSRF token of every form, and the headers that
-keep the pages out of frames, caches and other origins' scripts."""
+keep the pages out of frames, caches and other origins' scripts (HEADERS: the app's edge puts
+them on every answer under /admin, appliance/app.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from typing import Any
 
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from appliance.services import console
 from appliance.storage import ConsoleSessionRecord, KeyRecord
@@ -63,21 +63,11 @@ def check_csrf(expected: str | None, sent: Any) -> None:
 
 
 def cookie_options(connection: ASGIConnection, max_age: int) -> dict[str, Any]:
-    """HttpOnly, SameSite=Strict, scoped to /admin; Secure when the request came over TLS."""
-    return {"max_age": max_age, "path": "/admin", "httponly": True, "samesite": "strict",
-            "secure": connection.scope.get("scheme") == "https"}
-
-
-def security_headers(app: ASGIApp) -> ASGIApp:
-    """Adds HEADERS to every console answer, error pages and redirects included."""
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                names = {name for name, _ in HEADERS}
-                message["headers"] = [*(h for h in message.get("headers", ()) if h[0].lower() not in names),
-                                      *HEADERS]
-            await send(message)
-
-        await app(scope, receive, send_with_headers)
-
-    return middleware
+    """HttpOnly, SameSite=Strict, scoped to /admin; Secure when the request came over TLS: to
+    the appliance itself, or to a TLS proxy in front that says so (`X-Forwarded-Proto: https`),
+    or always with `[server] secure_cookies`. Believing the header from anyone is safe here: it
+    can only make a cookie stricter."""
+    forwarded = connection.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
+    secure = connection.scope.get("scheme") == "https" or forwarded == "https" \
+        or connection.app.state.runtime.config.server.secure_cookies
+    return {"max_age": max_age, "path": "/admin", "httponly": True, "samesite": "strict", "secure": secure}

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from appliance.clock import iso
 from appliance.domain import caps as caps_rules
-from appliance.domain.campaign import Campaign
+from appliance.domain.campaign import Campaign, DeliveryLimit
 from appliance.domain.schedule import is_open, next_open
 
 # A lifetime limit never resets by itself; a queued lead looks again this often (the limit may
@@ -41,17 +41,25 @@ def campaign_zone(campaign: Campaign) -> str:
 
 
 def limit_checks(campaign: Campaign, now: datetime) -> list[LimitCheck]:
-    tz = caps_rules.zone(campaign_zone(campaign))
+    return checks_of(campaign.delivery.delivery_limits, now, campaign_zone(campaign),
+                     scope=f"delivery:{campaign.campaign_id}")
+
+
+def checks_of(limits: list[DeliveryLimit], now: datetime, zone_name: str, *, scope: str,
+              label: str = "") -> list[LimitCheck]:
+    """The limits that apply now, each with its counter's scope (`scope:type`) and period in
+    `zone_name`; `label` names whose limits they are in a reason."""
+    tz = caps_rules.zone(zone_name)
     checks = []
-    for limit in campaign.delivery.delivery_limits:
+    for limit in limits:
         if not caps_rules.cap_applies(limit, now, tz):
             continue
         start, end = caps_rules.period_bounds(limit.type, now, tz)
         checks.append(LimitCheck(
-            scope=f"delivery:{campaign.campaign_id}:{limit.type}", period_start=iso(start) if start else "",
+            scope=f"{scope}:{limit.type}", period_start=iso(start) if start else "",
             cap=limit.cap, action=limit.action, route_to=limit.route_to_campaign_id,
             resets_at=end if end is not None else now + LIFETIME_RECHECK,
-            label=f"{limit.type} delivery limit of {limit.cap}"))
+            label=f"{label}{limit.type} delivery limit of {limit.cap}"))
     return checks
 
 

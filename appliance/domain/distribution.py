@@ -17,10 +17,8 @@ from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
 
-from appliance.clock import iso
-from appliance.domain import caps as caps_rules
 from appliance.domain.campaign import Campaign, Distribution, DistributionEndpoint
-from appliance.domain.constraints import Blocked, LimitCheck, LIFETIME_RECHECK, limit_blocked
+from appliance.domain.constraints import Blocked, LIFETIME_RECHECK, LimitCheck, checks_of, limit_blocked
 from appliance.domain.rules import matches
 from appliance.domain.schedule import is_open, next_open
 
@@ -71,17 +69,9 @@ class EndpointGate:
 
 def endpoint_gate(campaign: Campaign, entry: DistributionEndpoint, now: datetime) -> EndpointGate:
     zone_name = entry.delivery_schedule.timezone if entry.delivery_schedule else "UTC"
-    tz = caps_rules.zone(zone_name)
-    limits = []
-    for limit in entry.delivery_limits:
-        if not caps_rules.cap_applies(limit, now, tz):
-            continue
-        start, end = caps_rules.period_bounds(limit.type, now, tz)
-        limits.append(LimitCheck(
-            scope=f"endpoint:{campaign.campaign_id}:{entry.delivery_endpoint_id}:{limit.type}",
-            period_start=iso(start) if start else "", cap=limit.cap, action="queue", route_to=None,
-            resets_at=end if end is not None else now + LIFETIME_RECHECK,
-            label=f"{entry.delivery_endpoint_id}: {limit.type} delivery limit of {limit.cap}"))
+    limits = checks_of(entry.delivery_limits, now, zone_name,
+                       scope=f"endpoint:{campaign.campaign_id}:{entry.delivery_endpoint_id}",
+                       label=f"{entry.delivery_endpoint_id}: ")
     closed = None
     schedule = entry.delivery_schedule
     if schedule is not None and not is_open(schedule, now):

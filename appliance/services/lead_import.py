@@ -265,7 +265,12 @@ async def import_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecord
     tally = Tally()
     region = runtime.config.defaults.region
     tenant_id = who.tenant_id
-    for rows in _chunks(checked.rows(), PROCESS_CHUNK if process else BATCH_ROWS):
+    chunks = _chunks(checked.rows(), PROCESS_CHUNK if process else BATCH_ROWS)
+    while True:
+        # Reading and parsing a chunk of the file takes milliseconds: not on the event loop.
+        rows = await asyncio.to_thread(next, chunks, None)
+        if rows is None:
+            break
         if process and registry is not None:
             failed = await _submit_rows(runtime, settings, who, registry, checked, campaign, rows, import_id, tally)
             if failed and import_id is not None:

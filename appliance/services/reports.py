@@ -78,5 +78,15 @@ def summary_csv(data: dict) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
-    writer.writerows([["" if row[c] is None else row[c] for c in CSV_COLUMNS] for row in data["rows"]])
+    writer.writerows([[_cell(row[c]) for c in CSV_COLUMNS] for row in data["rows"]])
     return out.getvalue()
+
+
+def _cell(value: object) -> object:
+    """A label a spreadsheet would run as a formula (`=HYPERLINK(...)`, a campaign named so) is
+    written as text; numbers stay numbers."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value

@@ -32,6 +32,10 @@ class Endpoints:
             "SELECT 1 FROM endpoint_health WHERE tenant_id = ? AND endpoint_id = ? AND state = 'paused'",
             (tenant_id, endpoint_id)).fetchone() is not None
 
+    def paused_count(self) -> int:
+        """Paused endpoints of every tenant (the metrics)."""
+        return self._conn.execute("SELECT count(*) FROM endpoint_health WHERE state = 'paused'").fetchone()[0]
+
     def all_health(self, tenant_id: str) -> dict[str, EndpointHealth]:
         return {row[0]: EndpointHealth(*row[1:]) for row in self._conn.execute(
             f"SELECT endpoint_id, {_HEALTH} FROM endpoint_health WHERE tenant_id = ?", (tenant_id,))}
