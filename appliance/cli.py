@@ -111,7 +111,8 @@ def init(ctx: click.Context) -> None:
         _fail(str(exc))
     except OSError as exc:
         _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
-    click.echo(f"database   {config.database_file} ({'created' if created_db else 'up to date'})")
+    where = redact_url(config.database_url) if config.storage.backend == "postgresql" else config.database_file
+    click.echo(f"database   {where} ({'created' if created_db else 'up to date'})")
     click.echo(f"master key {config.master_key_path} ({'created, mode 0600' if created_key else 'kept'})")
 
 

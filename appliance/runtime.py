@@ -12,7 +12,7 @@ from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_mas
 from appliance.domain.endpoint import split_credentials
 from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
-from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store, open_postgresql
+from appliance.storage import DELIVERY_ENDPOINTS, MIGRATIONS, ActivityRow, StorageError, Store, open_postgresql
 
 
 @dataclass
@@ -35,7 +35,7 @@ def initialize(config: Config) -> tuple[bool, bool]:
     created_key = ensure_master_key(config.master_key_path)
     if config.storage.backend == "postgresql":
         store = open_postgresql(config.database_url)
-        created_db = store.reader().tenants.list_tenants() == []
+        created_db = MIGRATIONS[0][0] in store.postgres.migrated_on_open  # type: ignore[attr-defined]
         store.close()
         return created_key, created_db
     created_db = not config.database_file.exists()

@@ -134,13 +134,14 @@ class PgDatabase:
         self._readers_lock = threading.Lock()
         self.changes: ChangeListener | None = None
         self.leader = TimedWorkLeader(url)
+        self.migrated_on_open: list[str] = []  # the migrations `open` applied (init: created or up to date)
 
     # ---- life cycle -------------------------------------------------------------------------
 
     def open(self) -> PgDatabase:
         try:
             with psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as raw:
-                apply_migrations(raw)
+                self.migrated_on_open = apply_migrations(raw)
         except psycopg.Error as exc:
             raise StorageError(f"cannot open database {redact(self.url)}: {_reason(exc)}") from None
         self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=self._configure,
