@@ -542,6 +542,8 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
     """Replace the database with BACKUP (checked first; refused while a server runs on the data
     folder). The database it replaces is kept beside it."""
     config = ctx.obj["config"]()
+    if config.storage.backend == "postgresql":  # an SQLite file put in the data folder would serve nothing
+        _fail("restore of a PostgreSQL database: use pg_restore (docs/postgresql-progress.md)")
     _check_backup(config, Path(backup_file))  # before anything is created
     try:
         private_folder(config.data_dir)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.bundles import standard_bundle
-from tests.conftest import Cli
+from tests.conftest import TEST_BACKEND, Cli
 from tests.processes import free_port, stop_process, wait_healthy
 
 
@@ -37,8 +37,16 @@ def write(path: Path, text: str) -> Path:
 
 
 def config_with(tmp_path: Path, extra: str = "", name: str = "other.toml") -> Cli:
-    return Cli(write(tmp_path / name, f'[storage]\npath = "{tmp_path / "data"}"\n'
+    """Another config on the same install (the same database under APPLIANCE_TEST_BACKEND=postgresql)."""
+    return Cli(write(tmp_path / name, f'[storage]\npath = "{tmp_path / "data"}"\n{same_database(tmp_path)}'
                                        f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n{extra}'))
+
+
+def same_database(tmp_path: Path) -> str:
+    """The test install's [storage] backend and url lines, when its config (tests/conftest.py) has them."""
+    main = tmp_path / "appliance.toml"
+    lines = main.read_text().splitlines() if main.exists() else []
+    return "".join(f"{line}\n" for line in lines if line.startswith(("backend = ", "url = ")))
 
 
 def files_under(path: Path) -> list[str]:
@@ -140,16 +148,21 @@ def test_reporting_commands_answer_json(cli, tmp_path):
     assert imported["imported"]["campaigns"] == 3 and imported["tenantId"] == tenant_id
     exported = json.loads(cli("export", "--tenant", tenant_id, str(tmp_path / "out.toml"), "--json").stdout)
     assert exported["file"] == str(tmp_path / "out.toml") and exported["bytes"] > 0
-    backup = json.loads(cli("backup", str(tmp_path), "--json").stdout)
-    assert Path(backup["file"]).is_file() and backup["bytes"] > 0
+    if TEST_BACKEND == "postgresql":
+        one_error_line(cli("backup", str(tmp_path), "--json", expect=1), "pg_dump")
+        one_error_line(cli("restore", str(bundle), "--yes", expect=1), "pg_restore")
+    else:
+        backup = json.loads(cli("backup", str(tmp_path), "--json").stdout)
+        assert Path(backup["file"]).is_file() and backup["bytes"] > 0
     doctor = json.loads(cli("doctor", "--json").stdout)
     assert doctor["ok"] is True and [c["check"] for c in doctor["checks"]] == [
         "config", "master key", "database", "plugin folders", "server"]
     assert json.loads(cli("plugins", "--json").stdout)["adapters"]
 
 
-# ---- restore -------------------------------------------------------------------------------------
+# ---- restore (PostgreSQL: pg_dump and pg_restore) -------------------------------------------------
 
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
 def test_restore_puts_a_backup_back_and_keeps_what_it_replaced(cli, tmp_path):
     first = cli.json("tenant", "create", "Before")["tenantId"]
     backup = json.loads(cli("backup", str(tmp_path / "copy.db"), "--json").stdout)["file"]
@@ -165,6 +178,7 @@ def test_restore_puts_a_backup_back_and_keeps_what_it_replaced(cli, tmp_path):
     assert [t["name"] for t in cli.json("tenant", "list")] == ["Before", "After"]
 
 
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
 def test_restore_refuses_what_is_not_a_sound_appliance_database(cli, tmp_path):
     backup = Path(json.loads(cli("backup", str(tmp_path / "whole.db"), "--json").stdout)["file"])
     half = tmp_path / "half.db"
@@ -175,6 +189,7 @@ def test_restore_refuses_what_is_not_a_sound_appliance_database(cli, tmp_path):
     assert files_under(tmp_path / "data") == before
 
 
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
 def test_restore_refuses_a_backup_sealed_with_another_master_key(cli, tmp_path):
     tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
     cli("import", "--tenant", tenant_id, str(write(tmp_path / "b.json", json.dumps(standard_bundle()))))
@@ -207,13 +222,15 @@ def test_serve_is_the_default_command_and_a_second_server_on_the_folder_is_refus
     proc, port = server
     second = cli("serve", "--port", str(free_port()), expect=1)
     one_error_line(second, "another appliance serve", f"pid {proc.pid}", f"127.0.0.1:{port}", str(tmp_path / "data"))
-    backup = json.loads(cli("backup", str(tmp_path / "live.db"), "--json").stdout)["file"]  # online: fine
-    one_error_line(cli("restore", backup, "--yes", expect=1), "another appliance serve", "stop it before restoring")
+    if TEST_BACKEND == "sqlite":
+        backup = json.loads(cli("backup", str(tmp_path / "live.db"), "--json").stdout)["file"]  # online: fine
+        one_error_line(cli("restore", backup, "--yes", expect=1), "another appliance serve", "stop it before restoring")
     checks = {c["check"]: c for c in json.loads(cli("doctor", "--json").stdout)["checks"]}
     assert f"pid {proc.pid}" in checks["server"]["detail"]
     stop_process(proc)
     assert json.loads(cli("doctor", "--json").stdout)["checks"][-1]["detail"] == "no server running"
-    cli("restore", backup, "--yes")  # the folder is free again once the server is gone
+    if TEST_BACKEND == "sqlite":
+        cli("restore", backup, "--yes")  # the folder is free again once the server is gone
 
 
 def test_demo_on_a_served_folder_or_a_taken_port_changes_nothing(cli, server, tmp_path):
@@ -224,11 +241,14 @@ def test_demo_on_a_served_folder_or_a_taken_port_changes_nothing(cli, server, tm
     assert cli.json("tenant", "list") == tenants  # no demo tenant, no key nobody saw
 
 
-def test_serve_refuses_a_missing_database_or_another_master_key(cli, tmp_path):
+@pytest.mark.sqlite_only  # moves the database file away
+def test_serve_refuses_a_missing_database(cli, tmp_path):
     (tmp_path / "data" / "appliance.db").rename(tmp_path / "elsewhere.db")
     one_error_line(cli("serve", "--port", str(free_port()), expect=1), "no database at", str(tmp_path / "data"))
     assert not (tmp_path / "data" / "appliance.db").exists()
-    (tmp_path / "elsewhere.db").rename(tmp_path / "data" / "appliance.db")
+
+
+def test_serve_refuses_another_master_key(cli, tmp_path):
     cli.json("tenant", "create", "Sealed")
     cli("import", "--tenant", cli.json("tenant", "list")[0]["tenantId"],
         str(write(tmp_path / "b.json", json.dumps({"webhooks": [{"webhookId": "w", "url": "https://hooks.example.com/"}]}))))
@@ -244,6 +264,7 @@ def test_a_port_in_use_is_one_line(cli):
         one_error_line(cli("serve", "--port", str(port), expect=1), f"cannot listen on 127.0.0.1:{port}", "in use")
 
 
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
 def test_restore_replaces_a_damaged_database_and_refuses_a_live_file_copy(cli, tmp_path):
     cli.json("tenant", "create", "Kept")
     backup = Path(json.loads(cli("backup", str(tmp_path / "good.db"), "--json").stdout)["file"])
@@ -269,6 +290,7 @@ def test_a_bundle_with_bad_utf8_in_a_string_is_one_line(cli, tmp_path):
     one_error_line(cli("import", "--tenant", tenant_id, str(bad), expect=1), "not UTF-8")
 
 
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
 def test_restore_without_the_master_key_or_with_a_garbled_one_creates_nothing(cli, tmp_path):
     tenant_id = cli.json("tenant", "create", "Sealed")["tenantId"]
     cli("import", "--tenant", tenant_id, str(write(tmp_path / "b.json", json.dumps(standard_bundle()))))
