@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import httpx
+import pytest
 
 from appliance import apikeys
 from appliance.services import tenancy
@@ -31,7 +32,7 @@ from tests.buyer_server import BuyerServer, Reply, wait_until
 from tests.conftest import make_tenant
 from tests.processes import free_port, stop_process
 from tests.servers import live_server, person, write_config
-from tests.engine import engine
+from tests.engine import engine, table_columns
 
 SUBMIT = "/api/v1/leads/submit"
 
@@ -42,14 +43,12 @@ def snapshot(runtime, tenant_id: str) -> dict[str, list]:
     """Every row of every table that carries the tenant's id (the activity log and key usage
     stamps aside: those record the attempt itself)."""
     conn = engine(runtime.store).reader()
-    tables = [name for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
     rows = {}
-    for table in tables:
-        columns = [c[1] for c in conn.execute(f"PRAGMA table_info({table})")]
+    for table, columns in table_columns(runtime.store).items():
         if "tenant_id" not in columns or table in ("activity_log", "api_keys"):
             continue
         rows[table] = sorted(map(repr, conn.execute(f"SELECT * FROM {table} WHERE tenant_id = ?", (tenant_id,))))
+    assert {"tenants", "leads", "jobs"} <= set(rows), sorted(rows)  # the catalog read found the tables
     return rows
 
 
@@ -230,16 +229,22 @@ def test_revoked_and_unknown_keys_are_refused_on_every_route(client, runtime, te
 
 # ---- how keys are compared --------------------------------------------------------------------
 
-def test_keys_are_stored_and_looked_up_by_sha256_only(runtime, tenant, config):
+def test_keys_are_stored_and_looked_up_by_sha256_only(runtime, tenant):
     assert apikeys.key_hash(tenant.key) == hashlib.sha256(tenant.key.encode()).digest()
     conn = engine(runtime.store).reader()
     (stored,) = conn.execute("SELECT key_hash FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
-    assert stored == hashlib.sha256(tenant.key.encode()).digest()
+    assert bytes(stored) == hashlib.sha256(tenant.key.encode()).digest()
+    assert runtime.store.reader().tenants.find_active_key(bytes(stored)).key_id == tenant.key_id
+    assert runtime.store.reader().tenants.find_active_key(hashlib.sha256(b"other").digest()) is None
+
+
+@pytest.mark.sqlite_only  # SQLite's query plan and database files
+def test_keys_are_looked_up_by_index_and_never_reach_the_database_files(runtime, tenant, config):
+    conn = engine(runtime.store).reader()
+    (stored,) = conn.execute("SELECT key_hash FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
     plan = " ".join(str(row) for row in conn.execute(
         "EXPLAIN QUERY PLAN SELECT key_id FROM api_keys WHERE key_hash = ? AND revoked_at IS NULL", (stored,)))
     assert "USING INDEX" in plan or "USING COVERING INDEX" in plan, plan
-    assert runtime.store.reader().tenants.find_active_key(stored).key_id == tenant.key_id
-    assert runtime.store.reader().tenants.find_active_key(hashlib.sha256(b"other").digest()) is None
     # the plaintext key is nowhere in the database files (WAL included)
     for path in config.database_file.parent.glob("appliance.db*"):
         assert tenant.key.encode() not in path.read_bytes(), path
