@@ -311,8 +311,8 @@ def endpoint() -> None:
     """A tenant's delivery endpoints: health, pause and resume."""
 
 
-def _endpoint_unit(runtime: Runtime, tenant_id: str, make_unit: Callable, endpoint_id: str, reason: str | None):
-    """Run a pause or resume unit of appliance/services/endpoints for the CLI."""
+def _endpoint_change(runtime: Runtime, tenant_id: str, change: Callable, endpoint_id: str, reason: str | None):
+    """Run `pause_now` or `resume_now` of appliance/services/endpoints for the CLI."""
     from appliance.errors import NotFound
     from appliance.services.tenant_settings import load_settings
 
@@ -321,8 +321,7 @@ def _endpoint_unit(runtime: Runtime, tenant_id: str, make_unit: Callable, endpoi
         _fail(f"tenant {tenant_id} does not exist")
     settings = load_settings(store, tenant_id, store.reader().tenants.config_rev(tenant_id))
     try:
-        return store.write_sync(make_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()),
-                                may_refuse=True)
+        return change(runtime, settings, tenant_id, endpoint_id, reason)
     except NotFound:
         _fail(f"no delivery endpoint {endpoint_id} in tenant {tenant_id}")
         raise  # not reached: _fail exits
@@ -358,12 +357,11 @@ def endpoint_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
 @admin_command
 def endpoint_pause(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: str | None, as_json: bool) -> None:
     """Deliveries to the endpoint wait (they do not fail) until it is resumed."""
-    from appliance.services.endpoints import log, pause_unit
+    from appliance.services.endpoints import pause_now
 
-    item, changed = _endpoint_unit(runtime, tenant_id, pause_unit, endpoint_id, reason)
-    if changed:
-        log.warning("delivery endpoint %s paused by hand: %r", endpoint_id, item.paused_reason)
-    _emit(as_json, msgspec.to_builtins(item), f"{endpoint_id} {'paused' if changed else 'was already paused'}")
+    done = _endpoint_change(runtime, tenant_id, pause_now, endpoint_id, reason)
+    _emit(as_json, msgspec.to_builtins(done.item),
+          f"{endpoint_id} {'paused' if done.changed else 'was already paused'}")
 
 
 @endpoint.command("resume")
@@ -375,14 +373,11 @@ def endpoint_pause(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: s
 def endpoint_resume(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: str | None, as_json: bool) -> None:
     """The deliveries that waited for the endpoint are due at once (a running server takes them
     within a second)."""
-    from appliance.services.endpoints import log, resume_unit
+    from appliance.services.endpoints import resume_now
 
-    item, released, changed = _endpoint_unit(runtime, tenant_id, resume_unit, endpoint_id, reason)
-    if changed:
-        log.warning("delivery endpoint %s resumed (%r); %d waiting deliveries released", endpoint_id,
-                    reason or "by hand", released)
-    _emit(as_json, msgspec.to_builtins(item),
-          f"{endpoint_id} {'resumed' if changed else 'was not paused'}; {released} waiting deliveries released")
+    done = _endpoint_change(runtime, tenant_id, resume_now, endpoint_id, reason)
+    _emit(as_json, msgspec.to_builtins(done.item),
+          f"{endpoint_id} {'resumed' if done.changed else 'was not paused'}; {done.released} waiting deliveries released")
 
 
 @main.command("import")

@@ -40,15 +40,14 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import msgspec
 
 from appliance.clock import iso
 from appliance.config import load_config
 from appliance.runtime import Runtime, create_runtime
-from appliance.services import reports, tenancy
+from appliance.services import reports
 from appliance.storage import Store
 from appliance.storage.reports import count_lead
-from bench.volume import lead_id_at
+from bench.volume import lead_id_at, setup as volume_setup
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_MS = 300.0
@@ -85,20 +84,7 @@ def bundle() -> dict[str, Any]:
 
 
 def setup(work: Path) -> tuple[Runtime, str, str]:
-    config = work / "appliance.toml"
-    if not config.exists():
-        config.write_text(f'[storage]\npath = "{work / "data"}"\n\n'
-                          f'[security]\nrate_limit_per_minute = 0\n\n[plugins]\ndirs = []\n')
-    runtime = create_runtime(load_config(config))
-    meta = work / "tenant.json"
-    if meta.exists():
-        saved = json.loads(meta.read_text())
-        return runtime, saved["tenantId"], saved["key"]
-    tenant_id = tenancy.create_tenant(runtime, "Report Agency")
-    tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(bundle()), "json")
-    key = tenancy.create_key(runtime, tenant_id, name="bench").key
-    meta.write_text(json.dumps({"tenantId": tenant_id, "key": key}))
-    return runtime, tenant_id, key
+    return volume_setup(work, "Report Agency", bundle())
 
 
 def _ms_iso(ms: int) -> str:

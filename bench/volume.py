@@ -244,7 +244,9 @@ def make_lead(i: int, ms: int, rng: random.Random, people: People, campaign, sta
 
 # ---- generation ---------------------------------------------------------------------------------
 
-def setup(work: Path) -> tuple[Runtime, str, str]:
+def setup(work: Path, name: str = "Volume Agency", tenant_bundle: dict | None = None) -> tuple[Runtime, str, str]:
+    """A data folder under `work` with one tenant (`tenant_bundle`, default 40 campaigns) and a
+    key; a folder set up before is opened as it is (a bench may reuse its database)."""
     from bench.campaigns_list import build_bundle
 
     config = work / "appliance.toml"
@@ -256,8 +258,8 @@ def setup(work: Path) -> tuple[Runtime, str, str]:
     if meta.exists():
         saved = json.loads(meta.read_text())
         return runtime, saved["tenantId"], saved["key"]
-    tenant_id = tenancy.create_tenant(runtime, "Volume Agency")
-    tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(build_bundle(40)), "json")
+    tenant_id = tenancy.create_tenant(runtime, name)
+    tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(tenant_bundle or build_bundle(40)), "json")
     key = tenancy.create_key(runtime, tenant_id, name="bench").key
     meta.write_text(json.dumps({"tenantId": tenant_id, "key": key}))
     return runtime, tenant_id, key

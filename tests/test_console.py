@@ -307,3 +307,30 @@ def test_sending_many_again_says_how_many_went(client, tenant):
     answer = client.post("/admin/failures/repost", data={"csrf": token, "status": "failed", "leadId": lead_id})
     assert answer.status_code == 200
     assert "0 of the leads shown were sent again; 1 could not be" in answer.text
+
+
+def test_secure_cookies_makes_the_cookies_secure_on_plain_http(config_file):
+    from litestar.testing import TestClient
+
+    from appliance.app import create_app
+    from appliance.config import load_config
+    from appliance.runtime import create_runtime
+
+    text = config_file.read_text()
+    config_file.write_text(text.replace("[storage]\n", "[server]\nsecure_cookies = true\n\n[storage]\n", 1))
+    runtime = create_runtime(load_config(config_file))
+    try:
+        with TestClient(create_app(runtime, background=False)) as plain:  # http://testserver
+            page = plain.get("/admin/sign-in")  # its CSRF cookie is set as the session's would be
+            cookie = next(v for k, v in page.headers.multi_items()
+                          if k == "set-cookie" and v.startswith("console_sign_in="))
+            assert "Secure" in cookie and "HttpOnly" in cookie
+    finally:
+        runtime.close()
+
+
+def test_without_tls_the_cookie_is_not_marked_secure(client, tenant):
+    token = csrf_of(client.get("/admin/sign-in").text)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+    cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
+    assert "Secure" not in cookie  # a browser on http://127.0.0.1 would drop a Secure cookie

@@ -287,3 +287,19 @@ def test_cli_import_is_visible_through_the_api(cli, cli_tenant, tmp_path, config
     finally:
         runtime.close()
     assert len(found) == 5
+
+
+def test_a_tenant_runs_a_few_imports_at_once(client, runtime, tenant, other_tenant):
+    def running(who, n: int) -> None:  # imports still at work (big files in another request)
+        runtime.store.write_sync(lambda tx: [tx.imports.create(
+            who.tenant_id, f"imp_BUSY{who.tenant_id[-4:]}{i}", "AC01", "big.csv", False, {}, 1_000_000,
+            "2026-01-01T00:00:00.000Z") for i in range(n)])
+
+    running(tenant, 4)
+    refused = start(client, tenant, rows(person(1)), status=409, process="false").json()["error"]
+    assert refused["code"] == "INVALID_STATE" and refused["details"][0].startswith("file: 4 imports")
+    running(other_tenant, 1)
+    assert start(client, other_tenant, rows(person(2)), process="false", campaignId="OC01")  # theirs: their own count
+    runtime.store.write_sync(lambda tx: tx.imports.finish(f"imp_BUSY{tenant.tenant_id[-4:]}0", "done", None,
+                                                          "2026-01-01T00:00:01.000Z"))
+    assert finished(client, tenant, start(client, tenant, rows(person(3)), process="false"))["created"] == 1

@@ -39,8 +39,9 @@ async def pause_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
     who = principal(request.scope)
     body = await _body(request)
     state = request.app.state
-    return ok(await endpoints.pause(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
-                                    endpoint_id, body))
+    done = await endpoints.pause(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                 endpoint_id, body.reason)
+    return ok(done.item)
 
 
 @post("/api/v1/endpoints/{deliveryEndpointId:str}/resume", operation_id="resumeEndpoint", status_code=200,
@@ -51,10 +52,10 @@ async def resume_endpoint(request: Request, endpoint_id: EndpointId) -> Response
     who = principal(request.scope)
     body = await _body(request)
     state = request.app.state
-    item = await endpoints.resume(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
-                                  endpoint_id, body)
+    done = await endpoints.resume(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                  endpoint_id, body.reason)
     state.worker.wake()
-    return ok(item)
+    return ok(done.item)
 
 
 ROUTES = [list_endpoints, pause_endpoint, resume_endpoint]

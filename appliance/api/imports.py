@@ -76,7 +76,9 @@ async def read_form(request: Request, limit: int, fields: tuple[str, ...] = FIEL
                         if segment.name in form.fields or (segment.name == "file" and form.file is not None):
                             raise ValidationFailed([f"{segment.name}: given more than once"])
                         if segment.name == "file":
-                            form.file, form.file_name = tempfile.TemporaryFile(), segment.filename
+                            # In the data folder: its disk is sized for leads (a /tmp may be memory).
+                            form.file = tempfile.TemporaryFile(dir=request.app.state.runtime.config.data_dir)
+                            form.file_name = segment.filename
                     elif part:
                         if segment is not None and segment.name == "file" and form.file is not None:
                             form.file.write(part)
@@ -116,7 +118,7 @@ def _process(text: str | None) -> bool:
 
 
 @post("/api/v1/leads/import", operation_id="importLeads", status_code=202, request_max_body_size=None,
-      opt={"form": IMPORT_FORM, "data": lead_import.ImportStarted, "status": 202, "errors": ["VALIDATION_ERROR"]})
+      opt={"form": IMPORT_FORM, "data": lead_import.ImportStarted, "status": 202, "errors": ["VALIDATION_ERROR", "INVALID_STATE"]})
 async def import_leads(request: Request) -> Response:
     """Checks the whole file, records the import and answers at once; the rows are imported by
     a task on this loop (GET /api/v1/imports/{importId} follows it)."""

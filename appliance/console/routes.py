@@ -270,10 +270,10 @@ async def pause_or_resume(request: Request, endpoint_id: PathText, action: PathT
     form = await _form(request)
     if action not in ("pause", "resume"):
         raise NotFound()
-    body = endpoints.PauseBody(reason=(form.get("reason") or "").strip()[:500] or None)
+    reason = (form.get("reason") or "").strip()[:500] or None
     key, state = who(request), request.app.state
     change = endpoints.pause if action == "pause" else endpoints.resume
-    await change(state.runtime, _settings(request), key.tenant_id, endpoint_id, body)
+    await change(state.runtime, _settings(request), key.tenant_id, endpoint_id, reason)
     state.worker.wake()
     return _back("/admin/endpoints", "paused" if action == "pause" else "resumed")
 

@@ -6,6 +6,7 @@ says so (appliance/domain/endpoint_health); every pause and resume emits `endpoi
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -160,20 +161,56 @@ def resume_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reas
     return unit
 
 
+@dataclass(frozen=True)
+class Paused:
+    item: EndpointItem
+    changed: bool  # it was active
+
+
+@dataclass(frozen=True)
+class Resumed:
+    item: EndpointItem
+    released: int  # waiting deliveries made due
+    changed: bool  # it was paused
+
+
+def _paused(endpoint_id: str, found: tuple[EndpointItem, bool]) -> Paused:
+    """What a pause unit did, logged once it is committed."""
+    done = Paused(*found)
+    if done.changed:
+        log.warning("delivery endpoint %s paused by hand: %r", endpoint_id, done.item.paused_reason)
+    return done
+
+
+def _resumed(endpoint_id: str, reason: str | None, found: tuple[EndpointItem, int, bool]) -> Resumed:
+    done = Resumed(*found)
+    if done.changed:
+        log.warning("delivery endpoint %s resumed (%r); %d waiting deliveries released", endpoint_id,
+                    reason or "by hand", done.released)
+    return done
+
+
 async def pause(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
-                body: PauseBody) -> EndpointItem:
-    item, changed = await runtime.store.write(
-        pause_unit(settings, tenant_id, endpoint_id, body.reason, runtime.clock.now()), may_refuse=True)
-    if changed:
-        log.warning("delivery endpoint %s paused by hand: %r", endpoint_id, item.paused_reason)
-    return item
+                reason: str | None) -> Paused:
+    return _paused(endpoint_id, await runtime.store.write(
+        pause_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
 
 
 async def resume(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
-                 body: PauseBody) -> EndpointItem:
-    item, released, changed = await runtime.store.write(
-        resume_unit(settings, tenant_id, endpoint_id, body.reason, runtime.clock.now()), may_refuse=True)
-    if changed:
-        log.warning("delivery endpoint %s resumed (%r); %d waiting deliveries released", endpoint_id,
-                    body.reason or "by hand", released)
-    return item
+                 reason: str | None) -> Resumed:
+    return _resumed(endpoint_id, reason, await runtime.store.write(
+        resume_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+
+
+def pause_now(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+              reason: str | None) -> Paused:
+    """`pause` for the CLI (no event loop)."""
+    return _paused(endpoint_id, runtime.store.write_sync(
+        pause_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+
+
+def resume_now(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+               reason: str | None) -> Resumed:
+    """`resume` for the CLI (no event loop)."""
+    return _resumed(endpoint_id, reason, runtime.store.write_sync(
+        resume_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))

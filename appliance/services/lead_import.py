@@ -42,7 +42,7 @@ from appliance.domain.lead import LeadRecord, Submission
 from appliance.domain.lead_import import resolve_columns, row_body
 from appliance.domain.pipeline import event, snapshot
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, with_field_library_problems
-from appliance.errors import ApiError, ValidationFailed
+from appliance.errors import ApiError, InvalidState, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model, all_problems, describe_validation_error
 from appliance.plugins import Registry
@@ -55,6 +55,7 @@ log = logging.getLogger("appliance.imports")
 
 BATCH_ROWS = 5_000  # rows normalized and stored per transaction with process: false
 PROCESS_CHUNK = 64  # rows submitted at once with process: true
+MAX_RUNNING = 4  # imports one tenant may run at once
 INTERRUPTED = "interrupted: the appliance stopped before the import finished"
 _READ_CHUNK = 1 << 20
 
@@ -265,12 +266,7 @@ async def import_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecord
     tally = Tally()
     region = runtime.config.defaults.region
     tenant_id = who.tenant_id
-    chunks = _chunks(checked.rows(), PROCESS_CHUNK if process else BATCH_ROWS)
-    while True:
-        # Reading and parsing a chunk of the file takes milliseconds: not on the event loop.
-        rows = await asyncio.to_thread(next, chunks, None)
-        if rows is None:
-            break
+    for rows in _chunks(checked.rows(), PROCESS_CHUNK if process else BATCH_ROWS):
         if process and registry is not None:
             failed = await _submit_rows(runtime, settings, who, registry, checked, campaign, rows, import_id, tally)
             if failed and import_id is not None:
@@ -330,11 +326,18 @@ async def _submit_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecor
 
 async def start(runtime: Runtime, who: KeyRecord, campaign_id: str, file_name: str | None, checked: CheckedFile,
                 process: bool) -> str:
-    """Records a running import of a checked file; answers its id."""
+    """Records a running import of a checked file; answers its id. A tenant runs at most
+    MAX_RUNNING imports at once (each holds its file on disk and shares the one writer): 409."""
     import_id = new_id("imp")
     now = iso(runtime.clock.now())
-    await runtime.store.write(lambda tx: tx.imports.create(
-        who.tenant_id, import_id, campaign_id, file_name, process, checked.names, checked.total, now))
+
+    def unit(tx: Session) -> None:
+        if tx.imports.running_count(who.tenant_id) >= MAX_RUNNING:
+            raise InvalidState([f"file: {MAX_RUNNING} imports of this tenant are still running; start this one when"
+                                " one of them is done"])
+        tx.imports.create(who.tenant_id, import_id, campaign_id, file_name, process, checked.names, checked.total, now)
+
+    await runtime.store.write(unit, may_refuse=True)
     return import_id
 
 

@@ -56,6 +56,10 @@ class Imports:
             " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, 'running', ?, ?, ?)",
             (import_id, tenant_id, campaign_id, file_name, int(process), json.dumps(columns), total, now, now))
 
+    def running_count(self, tenant_id: str) -> int:
+        return self._conn.execute("SELECT count(*) FROM lead_imports WHERE tenant_id = ? AND state = 'running'",
+                                  (tenant_id,)).fetchone()[0]
+
     def get(self, tenant_id: str, import_id: str) -> ImportRecord | None:
         found = self._conn.execute(f"SELECT {_COLUMNS} FROM lead_imports WHERE import_id = ? AND tenant_id = ?",
                                    (import_id, tenant_id)).fetchone()

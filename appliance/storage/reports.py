@@ -68,26 +68,26 @@ class Reports:
         """(key, status, leads) of the leads created in quarter hours [first, end), by their
         current status. `utc_days`: whole UTC days may be read as one bucket (with `by=bucket`,
         only when the caller's days start at UTC midnight)."""
-        key = _LEAD_KEYS[by]
-        rows: list[tuple[str | int, str, int]] = []
-        for table, low, high, scale in _pieces(first, end, utc_days):
-            column = f"{key} * {scale}" if key == "bucket" else key
-            rows += self._conn.execute(
-                f"SELECT {column}, status, sum(leads) FROM report_leads{table}"
-                " WHERE tenant_id = ? AND bucket >= ? AND bucket < ? GROUP BY 1, 2 HAVING sum(leads) != 0",
-                (tenant_id, low, high)).fetchall()
-        return rows
+        return self._summed(_LEAD_KEYS[by], "status, sum(leads) FROM report_leads{table}",
+                            "HAVING sum(leads) != 0", tenant_id, first, end, utc_days)
 
     def money(self, tenant_id: str, by: str, first: int, end: int, *,
               utc_days: bool = True) -> list[tuple[str | int, str, float, float, float]]:
         """(key, currency, cost, revenue, returns) of the ledger entries created in quarter hours
         [first, end); `returns` is the sum of the (negative) return entries."""
-        key = _MONEY_KEYS[by]
-        rows: list[tuple[str | int, str, float, float, float]] = []
+        return self._summed(_MONEY_KEYS[by],
+                            "currency, total(cost), total(revenue), total(returns) FROM report_money{table}", "",
+                            tenant_id, first, end, utc_days)
+
+    def _summed(self, key: str, sums: str, having: str, tenant_id: str, first: int, end: int,
+                utc_days: bool) -> list:
+        """`SELECT key, <sums>`, grouped by the key and the column after it (status, currency),
+        over the quarter-hour and daily rollups that together cover [first, end)."""
+        rows: list = []
         for table, low, high, scale in _pieces(first, end, utc_days):
             column = f"{key} * {scale}" if key == "bucket" else key
             rows += self._conn.execute(
-                f"SELECT {column}, currency, total(cost), total(revenue), total(returns) FROM report_money{table}"
-                " WHERE tenant_id = ? AND bucket >= ? AND bucket < ? GROUP BY 1, 2",
+                f"SELECT {column}, {sums.format(table=table)}"
+                f" WHERE tenant_id = ? AND bucket >= ? AND bucket < ? GROUP BY 1, 2 {having}",
                 (tenant_id, low, high)).fetchall()
         return rows
