@@ -66,6 +66,10 @@ class StorageConfig(Settings):
     activity_log_days: int = 90  # request log and webhook attempt rows older than this are purged; 0 keeps all
     backend: str = "sqlite"  # or "postgresql" (experimental: docs/postgresql-progress.md)
     url: str = ""  # postgresql://user@host:port/db; APPLIANCE_DATABASE_URL, when set, is used instead
+    # PostgreSQL: how long a process's claim on a running job lasts unless renewed (a quarter of it
+    # apart); a dead process's jobs are taken over after about 1.25 times this. Shorter takes over
+    # sooner but a process cut off from the database longer than this loses its jobs (a repeat).
+    job_lease_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         if self.synchronous.upper() not in ("FULL", "NORMAL", "EXTRA"):
@@ -78,12 +82,15 @@ class StorageConfig(Settings):
             invalid("url", "must be a postgresql:// URL")
         if self.backend == "postgresql" and not (self.url or os.environ.get(DATABASE_URL_ENV)):
             invalid("url", f"is needed with backend = \"postgresql\" (or set {DATABASE_URL_ENV})")
+        if not 1 <= self.job_lease_seconds <= 600:
+            invalid("job_lease_seconds", "must be from 1 to 600 (seconds)")
 
     def __repr__(self) -> str:
         # A password in the URL must not reach a log line or a traceback through the config.
         shown = self.url if urlsplit(self.url).password is None else "postgresql://***"
         return (f"StorageConfig(path={self.path!r}, synchronous={self.synchronous!r}, "
-                f"activity_log_days={self.activity_log_days!r}, backend={self.backend!r}, url={shown!r})")
+                f"activity_log_days={self.activity_log_days!r}, backend={self.backend!r}, url={shown!r}, "
+                f"job_lease_seconds={self.job_lease_seconds!r})")
 
 
 class SecurityConfig(Settings):

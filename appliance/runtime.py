@@ -34,7 +34,7 @@ def initialize(config: Config) -> tuple[bool, bool]:
     private_folder(config.data_dir)
     created_key = ensure_master_key(config.master_key_path)
     if config.storage.backend == "postgresql":
-        store = open_postgresql(config.database_url)
+        store = open_postgresql(config.database_url, lease_seconds=config.storage.job_lease_seconds)
         created_db = MIGRATIONS[0][0] in store.postgres.migrated_on_open  # type: ignore[attr-defined]
         store.close()
         return created_key, created_db
@@ -46,7 +46,7 @@ def initialize(config: Config) -> tuple[bool, bool]:
 def open_store(config: Config) -> Store:
     """The configured backend's store: the SQLite file in the data folder, or PostgreSQL."""
     if config.storage.backend == "postgresql":
-        return open_postgresql(config.database_url)
+        return open_postgresql(config.database_url, lease_seconds=config.storage.job_lease_seconds)
     return Store.open(config.database_file, synchronous=config.storage.synchronous)
 
 

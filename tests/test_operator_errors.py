@@ -124,6 +124,15 @@ def test_every_config_value_is_checked_at_load(tmp_path, table, problem, command
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.parametrize(("value", "problem"), [
+    ("0", "must be from 1 to 600 (seconds)"), ("601", "must be from 1 to 600 (seconds)"),
+    ('"soon"', "expected float, got str")])
+def test_a_job_lease_out_of_range_is_refused_at_load(tmp_path, value, problem):
+    bad = Cli(write(tmp_path / "lease.toml", f'[storage]\npath = "{tmp_path / "data"}"\njob_lease_seconds = {value}\n'))
+    one_error_line(bad("serve", expect=1), f"storage.job_lease_seconds: {problem}")
+    assert not (tmp_path / "data").exists()
+
+
 def test_a_port_out_of_range_on_the_command_line_is_a_usage_error(cli):
     result = cli("serve", "--port", "99999", expect=2)
     assert "Traceback" not in result.output and "99999" in result.output

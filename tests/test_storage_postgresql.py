@@ -192,8 +192,7 @@ def test_two_stores_claiming_at_once_never_claim_a_job_twice(postgres_url):
 _CLAIMER = """
 import sys, time
 from appliance.storage.postgres.store import PgStore
-store = PgStore.open_url(sys.argv[1])
-store.leases.seconds, store.leases.every = 1.0, 0.2
+store = PgStore.open_url(sys.argv[1], lease_seconds=1.0)
 def claim(tx):
     jobs = tx.jobs.claim_due(sys.argv[2], 5)
     tx.caps.add_to_counter(jobs[0].tenant_id, "campaign:C", "2026-03-01")  # a delivery-limit slot held
@@ -219,8 +218,7 @@ def test_a_dead_processs_jobs_are_taken_over_and_a_live_ones_never(postgres_url)
     """Process A claims 5 jobs (one holding a delivery-limit slot) and keeps renewing its leases:
     store B, starting and claiming meanwhile, leaves them alone. A is SIGKILLed: once its leases
     run out B claims the 5 jobs, and the slot is given back."""
-    b = PgStore.open_url(postgres_url)
-    b.leases.seconds, b.leases.every = 1.0, 0.2
+    b = PgStore.open_url(postgres_url, lease_seconds=1.0)
     a = None
     try:
         tenant_id = _queue_jobs(b, 5)
@@ -262,6 +260,48 @@ def test_a_store_closed_cleanly_hands_its_running_jobs_back_at_once(postgres_url
         assert len(second.write_sync(lambda tx: tx.jobs.claim_due(NOW, 10))) == 3
     finally:
         second.close()
+
+
+def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_owner(postgres_url):
+    """A claims a job and takes a delivery-limit slot; its lease ends (as when A is cut off from
+    the database past it) and B takes the job over with a slot of its own. A, back, can neither
+    finish, reschedule nor park the job, nor give back B's slot; B settles it."""
+    a = PgStore.open_url(postgres_url, lease_seconds=600)  # A renews nothing during the test
+    b = PgStore.open_url(postgres_url)
+    slot = ("campaign:C", "2026-03-01")
+
+    def take_slot(job):
+        def unit(tx):
+            tx.caps.add_to_counter(job.tenant_id, *slot)
+            tx.jobs.hold_reservations(job.job_id, [slot])
+        return unit
+
+    try:
+        tenant_id = _queue_jobs(a, 1)
+        (job,) = a.write_sync(lambda tx: tx.jobs.claim_due(NOW, 1))
+        a.write_sync(take_slot(job))
+        a.postgres.write_sync(lambda conn: conn.execute(
+            "UPDATE jobs SET lease_until = clock_timestamp() - interval '1 second' WHERE job_id = ?", (job.job_id,)))
+        assert b.write_sync(lambda tx: tx.jobs.requeue_expired()) == 1
+        (again,) = b.write_sync(lambda tx: tx.jobs.claim_due(NOW, 1))
+        assert again.job_id == job.job_id
+        b.write_sync(take_slot(again))
+        slots = lambda: b.reader().caps.counter_value(tenant_id, *slot)  # noqa: E731
+        assert slots() == 1  # A's slot went back with the requeue, B holds one
+
+        assert a.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is False
+        assert a.write_sync(lambda tx: tx.jobs.reschedule(job.job_id, NOW, NOW, error="timeout")) is False
+        assert a.write_sync(lambda tx: tx.jobs.park(tenant_id, job.job_id, "ep", NOW, "paused", attempted=True)) is False
+        a.write_sync(lambda tx: tx.jobs.release_reservations(tenant_id, job.job_id))
+        assert slots() == 1
+        assert b.reader().jobs.job_state(job.job_id) == "running"
+
+        assert b.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is True
+        assert b.reader().jobs.job_state(job.job_id) == "done"
+        assert slots() == 1  # a delivery made keeps its slot
+    finally:
+        a.close()
+        b.close()
 
 
 _LEADER = """

@@ -24,15 +24,16 @@ from appliance.storage.webhooks import NewEvents, OutboxEvent
 
 
 
-def open_postgresql(url: str) -> Store:
-    """The store on the PostgreSQL database at `url` (its migrations applied). psycopg is an
-    optional extra, imported only here."""
+def open_postgresql(url: str, *, lease_seconds: float) -> Store:
+    """The store on the PostgreSQL database at `url` (its migrations applied), its running jobs
+    leased for `lease_seconds` (storage/postgres/leases.py). psycopg is an optional extra,
+    imported only here."""
     try:
         from appliance.storage.postgres.store import PgStore
     except ImportError:
         raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
                            "pip install 'appliance[postgresql]'") from None
-    return PgStore.open_url(url)
+    return PgStore.open_url(url, lease_seconds=lease_seconds)
 
 
 def copy_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:

@@ -20,8 +20,10 @@ from appliance.storage.db import StorageError
 
 log = logging.getLogger("appliance.storage")
 
-LEASE_SECONDS = 60.0  # a dead process's jobs are claimable this long after its last renewal...
-RENEW_SECONDS = 15.0  # ...and found within this much more: taken over within 75 s (contract: 2 min)
+# A dead process's jobs are claimable this long after its last renewal ([storage]
+# job_lease_seconds), and found within a quarter of it more (the renewal period): with 60 s,
+# taken over within 75 s (contract: 2 min).
+LEASE_SECONDS = 60.0
 
 
 class JobLeases:
@@ -30,11 +32,10 @@ class JobLeases:
     claims a job (a CLI command) runs no thread. `close()` hands this process's running jobs back
     at once (a clean stop: a restart or another process takes them without waiting out the lease)."""
 
-    def __init__(self, write: Callable[[Callable], object], *, seconds: float = LEASE_SECONDS,
-                 every: float = RENEW_SECONDS) -> None:
+    def __init__(self, write: Callable[[Callable], object], *, seconds: float = LEASE_SECONDS) -> None:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.seconds = seconds
-        self.every = every
+        self.every = seconds / 4  # three renewals may fail before a live process loses a job
         self._write = write  # runs `fn(PgJobs)` in a write unit (store.py)
         self._stop = threading.Event()
         self._lock = threading.Lock()

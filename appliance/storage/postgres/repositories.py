@@ -152,7 +152,10 @@ _SERVER_NOW = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH2
 
 class PgJobs(Jobs):
     """Jobs on a database several processes share: a claim takes a lease (leases.py) that this
-    process renews; only jobs whose lease ended are queued again."""
+    process renews; only jobs whose lease ended are queued again. A job's outcome (finish,
+    reschedule, park) and its slots are settled only by the process holding its claim: one that
+    lost it (cut off from the database past its lease) still sends, a repeat within at-least-once,
+    but leaves the job, and the slots the new owner took, to the new owner."""
 
     __slots__ = ("_leases",)
 
@@ -198,7 +201,7 @@ class PgJobs(Jobs):
             f"SELECT job_id, tenant_id FROM jobs WHERE {_EXPIRED} OR (state = 'running' AND claimed_by = ?)"
             " FOR UPDATE SKIP LOCKED", (self._leases.owner if mine else None,)).fetchall()
         for job_id, tenant_id in expired:
-            self.release_reservations(tenant_id, job_id)
+            self._give_back(tenant_id, job_id)
         if expired:
             self._conn.execute(f"UPDATE jobs SET state = 'ready', updated_at = {_SERVER_NOW}, claimed_by = NULL,"
                                " lease_until = NULL WHERE job_id = ANY(?)", ([job_id for job_id, _ in expired],))
@@ -225,7 +228,36 @@ class PgJobs(Jobs):
         self._conn.execute("UPDATE jobs SET reservations = ? WHERE job_id = ?",
                            (msgspec.json.encode([*held, *scopes]).decode(), job_id))
 
+    def finish(self, job_id: int, state: str, now: str, error: str | None = None) -> bool:
+        self._conn.execute("UPDATE jobs SET state = ?, updated_at = ?, last_error = ?, reservations = NULL"
+                           " WHERE job_id = ? AND state = 'running' AND claimed_by = ?",
+                           (state, now, error, job_id, self._leases.owner))
+        return self._conn.changes() > 0
+
+    def reschedule(self, job_id: int, due_at: str, now: str, *, error: str | None = None,
+                   keep_attempts: bool = False) -> bool:
+        self._conn.execute(
+            "UPDATE jobs SET state = 'ready', due_at = ?, updated_at = ?, last_error = ?,"
+            " attempts = attempts - ? WHERE job_id = ? AND state = 'running' AND claimed_by = ?",
+            (due_at, now, error, 1 if keep_attempts else 0, job_id, self._leases.owner))
+        return self._conn.changes() > 0
+
+    def park(self, tenant_id: str, job_id: int, endpoint_id: str | None, now: str, reason: str, *,
+             attempted: bool) -> bool:
+        if not self._holds(job_id):
+            return False
+        return super().park(tenant_id, job_id, endpoint_id, now, reason, attempted=attempted)
+
     def release_reservations(self, tenant_id: str, job_id: int) -> None:
+        # A cancelled job is still ours (its claim stays): its slots go back too.
+        if self._holds(job_id):
+            self._give_back(tenant_id, job_id)
+
+    def _holds(self, job_id: int) -> bool:
+        return self._conn.execute("SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ?",
+                                  (job_id, self._leases.owner)).fetchone() is not None
+
+    def _give_back(self, tenant_id: str, job_id: int) -> None:
         found = self._conn.execute("SELECT reservations FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
         if found and found[0]:
             for scope, period in msgspec.json.decode(found[0]):

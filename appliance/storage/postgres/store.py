@@ -16,7 +16,7 @@ from appliance.storage.imports import Imports
 from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
-from appliance.storage.postgres.leases import JobLeases
+from appliance.storage.postgres.leases import LEASE_SECONDS, JobLeases
 from appliance.storage.postgres.repositories import (
     PgCaps,
     PgCatalog,
@@ -65,13 +65,14 @@ class PgStore(Store):
     its own serializable transaction (engine.py); `may_refuse` needs nothing more here, since no
     unit shares its transaction with another."""
 
-    def __init__(self, database: PgDatabase) -> None:  # noqa: PLW0231 - no SQLite engine underneath
+    def __init__(self, database: PgDatabase, *, lease_seconds: float = LEASE_SECONDS) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
-        self.leases = JobLeases(lambda fn: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases))))
+        self.leases = JobLeases(lambda fn: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases))),
+                                seconds=lease_seconds)
 
     @classmethod
-    def open_url(cls, url: str) -> PgStore:
-        return cls(PgDatabase(url).open())
+    def open_url(cls, url: str, *, lease_seconds: float = LEASE_SECONDS) -> PgStore:
+        return cls(PgDatabase(url).open(), lease_seconds=lease_seconds)
 
     def close(self) -> None:
         self.leases.close()
