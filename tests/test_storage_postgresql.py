@@ -112,6 +112,74 @@ def test_a_write_after_close_is_a_storage_error(postgres_url):
         store.write_sync(lambda tx: tx.tenants.create_tenant("A", NOW))
 
 
+def test_units_at_once_each_commit_alone_and_a_failing_one_costs_no_other(store):
+    """SQLite's group commit isolates a failing unit; here each unit is its own transaction:
+    100 units at once insert 50 values twice into a unique column, 50 commit, the other 50 get
+    their own error, and more failures than the pool has connections leave it whole."""
+    db = store.postgres
+    db.write_sync(lambda c: c.execute("CREATE TABLE t (v bigint UNIQUE)"))
+    results: list = []
+
+    def insert(value):
+        try:
+            db.write_sync(lambda c: c.execute("INSERT INTO t VALUES (?)", (value,)))
+            results.append(value)
+        except psycopg.errors.UniqueViolation:
+            results.append("dup")
+
+    threads = [threading.Thread(target=insert, args=(v % 50,)) for v in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(r for r in results if r != "dup") == list(range(50))
+    assert results.count("dup") == 50 > db.pool_size
+    assert db.row("SELECT count(*) FROM t") == (50,)
+
+
+def test_a_commit_that_fails_answers_its_caller_and_keeps_nothing(store):
+    """A deferred foreign key left broken makes COMMIT fail: each caller hears so, nothing of
+    its unit is kept, and the connections it used serve the next units."""
+    db = store.postgres
+    db.write_sync(lambda c: c.execute("CREATE TABLE p (id bigint PRIMARY KEY)"))
+    db.write_sync(lambda c: c.execute("CREATE TABLE k (p bigint REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)"))
+
+    def broken(conn):
+        conn.execute("INSERT INTO p VALUES (1)")
+        conn.execute("INSERT INTO k VALUES (7)")  # checked at COMMIT only
+        return "committed?"
+
+    for _ in range(db.pool_size + 2):
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            db.write_sync(broken)
+    assert db.row("SELECT count(*) FROM p") == (0,)
+    db.write_sync(lambda c: c.execute("INSERT INTO p VALUES (1)") and c.execute("INSERT INTO k VALUES (1)"))
+    assert db.row("SELECT count(*) FROM k") == (1,)
+
+
+def test_a_row_locked_by_another_process_never_blocks_the_event_loop(store, postgres_url):
+    """Another connection (another process) holds a row lock: the loop's write on that row
+    waits off the loop (another write completes meanwhile), then runs again after the holder's
+    commit (serializable: a concurrent update) and counts on the committed value."""
+    db = store.postgres
+    db.write_sync(lambda c: c.execute("CREATE TABLE t (id bigint PRIMARY KEY, v bigint)"))
+    db.write_sync(lambda c: c.execute("CREATE TABLE u (v bigint)"))
+    db.write_sync(lambda c: c.execute("INSERT INTO t VALUES (1, 0)"))
+    with psycopg.connect(postgres_url) as other:
+        other.execute("UPDATE t SET v = v + 1 WHERE id = 1")  # holds the row until its commit
+
+        async def while_locked():
+            locked = asyncio.ensure_future(db.write(lambda c: c.execute("UPDATE t SET v = v + 10 WHERE id = 1")))
+            await asyncio.wait_for(db.write(lambda c: c.execute("INSERT INTO u VALUES (1)")), 10)
+            assert not locked.done()
+            other.commit()
+            await asyncio.wait_for(locked, 10)
+
+        asyncio.run(while_locked())
+    assert db.row("SELECT v FROM t WHERE id = 1") == (11,)
+    assert db.row("SELECT count(*) FROM u") == (1,)
+
+
 def test_an_unreachable_database_is_one_line_naming_no_password(postgres_cluster):
     url = f"postgresql://postgres:s3cret-pw@127.0.0.1:{postgres_cluster.port + 1}/nowhere"
     with pytest.raises(StorageError) as caught:
