@@ -344,6 +344,9 @@ def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_o
             tx.jobs.hold_reservations(job.job_id, [slot])
         return unit
 
+    def slots():
+        return b.reader().caps.counter_value(tenant_id, *slot)
+
     try:
         tenant_id = _queue_jobs(a, 1)
         (job,) = a.write_sync(lambda tx: tx.jobs.claim_due(NOW, 1))
@@ -354,7 +357,6 @@ def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_o
         (again,) = b.write_sync(lambda tx: tx.jobs.claim_due(NOW, 1))
         assert again.job_id == job.job_id
         b.write_sync(take_slot(again))
-        slots = lambda: b.reader().caps.counter_value(tenant_id, *slot)  # noqa: E731
         assert slots() == 1  # A's slot went back with the requeue, B holds one
 
         assert a.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is False
