@@ -162,7 +162,7 @@ def _serve(config: Config, host: str | None, port: int | None,
         _fail(str(exc))
     try:
         banner = setup() if setup is not None else None
-        runtime = open_runtime(config)
+        runtime = open_runtime(config, keep_trying=True)  # an unreachable PostgreSQL: served with 503s until reached
     except (StorageError, SecretError) as exc:
         lock.close()
         _fail(str(exc))
