@@ -650,6 +650,13 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def database() -> str:
         runtime = open_runtime(config)  # refuses a missing database and a master key that does not fit
         try:
+            about = runtime.store.describe()
+            if about["backend"] == "postgresql":
+                others = about["other_processes"]
+                return (f"{about['url']}: PostgreSQL {about['version']}, connection ok ({about['latency_ms']} ms "
+                        f"a round trip), {about['migrations']}/{about['known_migrations']} migrations, shared with "
+                        f"{others} other appliance process{'es' if others != 1 else ''}, "
+                        f"secrets open with {runtime.box.key_id}")
             verdict, applied = runtime.store.health()
             if verdict != "ok":
                 raise StorageError(f"integrity_check: {verdict}")

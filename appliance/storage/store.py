@@ -177,6 +177,10 @@ class Store:
         """(the integrity check's verdict, migrations applied)."""
         return self.sqlite.health()
 
+    def describe(self) -> dict[str, object]:
+        """The backend and where it keeps the data, for `appliance doctor`."""
+        return {"backend": "sqlite", "file": str(self.sqlite.path)}
+
     def backup_to(self, dest: Path) -> None:
         """A consistent copy while the service keeps writing."""
         self.sqlite.backup_to(dest)

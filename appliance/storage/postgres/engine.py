@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -40,11 +42,16 @@ _CHANNEL = "appliance_changes"
 _CONNECT_TIMEOUT = 10
 _POOL_WAIT = 10.0  # seconds a unit waits for a pooled connection while the database answers
 _POOL_WAIT_IN_OUTAGE = 0.5  # ... and while it does not: a request answers 503 at once rather than hang
-APPLICATION_NAME = "appliance"  # on every connection: `appliance doctor` counts the processes sharing the database
+
+
+def application_name() -> str:
+    """Every connection's name in pg_stat_activity: the process it comes from, so `appliance
+    doctor` can count the processes sharing the database."""
+    return f"appliance:{socket.gethostname()}:{os.getpid()}"[:63]  # PostgreSQL keeps 63 bytes
 
 
 def connect(url: str, **kwargs) -> psycopg.Connection:
-    return psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT, application_name=APPLICATION_NAME, **kwargs)
+    return psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT, application_name=application_name(), **kwargs)
 
 
 def open_error(url: str, exc: psycopg.Error) -> StorageError:
@@ -163,7 +170,7 @@ class PgDatabase:
         except psycopg.Error as exc:
             raise open_error(self.url, exc) from None
         self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=self._configure,
-                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": APPLICATION_NAME},
+                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name()},
                                     open=True, name="appliance")
         self.changes = ChangeListener(self.url)
         return self
@@ -259,6 +266,21 @@ class PgDatabase:
 
     def ping(self) -> None:
         self.row("SELECT 1")
+
+    def describe(self) -> dict[str, object]:
+        """What `appliance doctor` shows: the server's version, how long a round trip takes, the
+        migrations applied and how many other appliance processes are connected."""
+        conn = self.reader()
+        started = time.perf_counter()
+        conn.execute("SELECT 1")
+        latency = time.perf_counter() - started
+        version, applied, others = conn.execute(
+            "SELECT current_setting('server_version'), (SELECT count(*) FROM migrations),"
+            " (SELECT count(DISTINCT application_name) FROM pg_stat_activity"
+            "  WHERE datname = current_database() AND application_name LIKE ? AND application_name <> ?)",
+            ("appliance:%", application_name())).fetchone()
+        return {"url": redact(self.url), "version": version, "latency_ms": round(latency * 1000, 2),
+                "migrations": applied, "other_processes": others}
 
     def health(self) -> tuple[str, int]:
         """('ok' when the server answers, migrations applied): PostgreSQL checks its own pages."""

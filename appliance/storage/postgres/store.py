@@ -19,6 +19,7 @@ from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
 from appliance.storage.postgres.leases import JobLeases
+from appliance.storage.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
 from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.repositories import (
     PgCaps,
@@ -183,6 +184,12 @@ class PgStore(Store):
     def health(self) -> tuple[str, int]:
         self._usable()
         return self.postgres.health()
+
+    def describe(self) -> dict[str, object]:
+        """The backend and what `appliance doctor` shows of it (PgDatabase.describe), with the
+        number of migrations this version knows."""
+        self._usable()
+        return {"backend": "postgresql", **self.postgres.describe(), "known_migrations": len(PG_MIGRATIONS)}
 
     def backup_to(self, dest: Path) -> None:
         raise StorageError("backup of a PostgreSQL database: use pg_dump (docs/postgresql-progress.md)")
