@@ -47,6 +47,17 @@ def copy_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
     return copy_sqlite_to_postgresql(sqlite_file, url)
 
 
+def restore_to_postgresql(file: Path, url: str) -> None:
+    """The pg_dump archive `file` of an appliance database restored into the empty PostgreSQL
+    database at `url` (storage/postgres/dump.py)."""
+    try:
+        from appliance.storage.postgres.dump import check_dump, restore
+    except ImportError:
+        raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
+                           "pip install 'appliance[postgresql]'") from None
+    check_dump(file)
+    restore(file, url)
+
 
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
@@ -54,5 +65,6 @@ __all__ = [
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "Message", "Session", "StorageError", "StorageUnavailable", "Store", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "restore_to_postgresql",
     "restore_database",
 ]

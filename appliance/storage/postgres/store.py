@@ -17,6 +17,7 @@ from appliance.storage.files import Files
 from appliance.storage.imports import Imports
 from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
+from appliance.storage.postgres.dump import dump
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
 from appliance.storage.postgres.leases import JobLeases
 from appliance.storage.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
@@ -192,7 +193,8 @@ class PgStore(Store):
         return {"backend": "postgresql", **self.postgres.describe(), "known_migrations": len(PG_MIGRATIONS)}
 
     def backup_to(self, dest: Path) -> None:
-        raise StorageError("backup of a PostgreSQL database: use pg_dump (docs/postgresql-progress.md)")
+        """A `pg_dump -Fc` archive: one consistent snapshot while the service keeps writing."""
+        dump(self.postgres.url, dest)
 
     async def runs_timed_work(self) -> bool:
         """Whether this process is the leader among those sharing the database (engine.TimedWorkLeader)."""
