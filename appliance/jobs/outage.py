@@ -48,6 +48,6 @@ class Outage:
                 return result
             try:
                 await asyncio.wait_for(stop.wait(), timeout=wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return None

@@ -40,7 +40,7 @@ def _split(url: str) -> tuple[str, dict[str, str]]:
 
 
 def _run(command: list[str], url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(command, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = next((line for line in done.stderr.splitlines() if line.strip()), f"exit code {done.returncode}")
         password = urlsplit(url).password

@@ -21,7 +21,6 @@ from appliance.storage.postgres.dump import dump
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
 from appliance.storage.postgres.leases import JobLeases
 from appliance.storage.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
-from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.repositories import (
     PgCaps,
     PgCatalog,
@@ -32,6 +31,7 @@ from appliance.storage.postgres.repositories import (
     PgReports,
     PgSuppression,
 )
+from appliance.storage.postgres.url import redact
 from appliance.storage.secrets import Secrets
 from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import Tenants
