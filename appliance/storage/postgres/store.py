@@ -78,6 +78,7 @@ class PgStore(Store):
         self.leases = JobLeases(lambda fn: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases))))
         self._ready = threading.Event()  # open, and the `on_open` checks passed
         self._checks: list[Callable[[], None]] = []
+        self._checks_lock = threading.Lock()  # a check registered while the opener succeeds still runs
         self._stop = threading.Event()
         self._opener: threading.Thread | None = None
 
@@ -109,18 +110,21 @@ class PgStore(Store):
     def on_open(self, check: Callable[[], None]) -> None:
         """Run `check` once the database is open: now when it is (its exception propagates),
         else when the background opening succeeds (an exception there keeps the store shut)."""
-        if self._ready.is_set():
-            check()
-        else:
-            self._checks.append(check)
+        with self._checks_lock:
+            if not self._ready.is_set():
+                self._checks.append(check)
+                return
+        check()
 
     def _open_in_background(self) -> None:
         wait = _FIRST_RETRY
         while not self._stop.wait(wait):
             try:
                 self.postgres.open()
-                for check in self._checks:
-                    check()
+                with self._checks_lock:
+                    for check in self._checks:
+                        check()
+                    self._ready.set()
             except StorageUnavailable:
                 self.postgres.close()
                 wait = min(wait * 2, _LAST_RETRY)
@@ -129,7 +133,6 @@ class PgStore(Store):
                 self.postgres.close()
                 log.error("the database was reached but cannot be served: %s", exc)
                 return
-            self._ready.set()
             log.warning("database %s reached: serving", redact(self.postgres.url))
             return
 
