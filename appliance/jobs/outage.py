@@ -19,7 +19,7 @@ FIRST_WAIT, LAST_WAIT = 0.5, 10.0
 class Outage:
     def __init__(self, log: logging.Logger, what: str) -> None:
         self.log = log
-        self.what = what  # the loop's work, for the log line: "claiming jobs", "the ticker"
+        self.what = what  # the loop, for the log line: "delivery", "webhooks", "housekeeping"
         self.wait = 0.0  # 0: no outage
 
     def failed(self, exc: StorageUnavailable) -> float:
