@@ -6,7 +6,9 @@ set up) is one line and exit code 1. A password in the URL never shows."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.bundles import standard_bundle
 from tests.conftest import Cli
 from tests.engine import engine
 from tests.postgres_cluster import Relay
@@ -121,6 +124,35 @@ def test_a_server_rides_out_an_unreachable_database_with_503s_and_serves_once_it
     for loop in ("delivery", "webhooks", "housekeeping"):
         assert text.count(f"{loop} paused") <= 2, text
     assert len(acked) == 2
+
+
+def test_a_database_reached_late_with_secrets_of_another_master_key_is_never_served(
+        tmp_path, postgres_cluster, postgres_url):
+    relay = Relay(postgres_cluster, free_port())
+    config = write_config(tmp_path, relay.url(postgres_url.rsplit("/", 1)[1]))
+    relay.start()
+    cli = Cli(config)
+    cli("init")
+    tenant_id = cli.json("tenant", "create", "Sealed")["tenantId"]
+    key = cli.json("key", "create", "--tenant", tenant_id)["key"]
+    (tmp_path / "bundle.json").write_text(json.dumps(standard_bundle()))  # secrets sealed with this key
+    cli("import", "--tenant", tenant_id, str(tmp_path / "bundle.json"))
+    relay.stop()
+    master = tmp_path / "data" / "master.key"
+    master.write_text(base64.b64encode(os.urandom(32)).decode() + "\n")  # another install's key
+
+    log = tmp_path / "server.log"
+    proc, url = start_serving(config, log)
+    try:
+        relay.start()
+        until(lambda: "cannot be served" in log.read_text(), 45, "never reached", log)
+        assert "sealed with" in log.read_text()
+        with httpx.Client(base_url=url, headers={"X-API-Key": key}, timeout=15) as client:
+            unavailable(client.get("/healthz"))
+            unavailable(client.post("/api/v1/leads/submit", json={"campaignId": "AC01", **person(1)}))
+    finally:
+        stop_process(proc)
+        relay.stop()
 
 
 def run(config: Path, *args: str) -> subprocess.CompletedProcess:
