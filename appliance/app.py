@@ -33,6 +33,7 @@ from appliance.jobs.webhooks import WebhookSender
 from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
 from appliance.services.tenant_settings import SettingsCache
+from appliance.storage import StorageUnavailable
 
 # httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
 # a buyer's or provider's URL may carry a credential in its query string. Our own delivery
@@ -134,7 +135,11 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
             sender.wake()
             for task in tasks:
                 await task
-            await flush_activity(runtime)
+            try:
+                await flush_activity(runtime)
+            except StorageUnavailable:
+                logging.getLogger("appliance.ticker").error(
+                    "%d activity rows lost at stop: the database does not answer", len(runtime.activity))
 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,

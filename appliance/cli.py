@@ -33,7 +33,7 @@ from appliance.plugins import PluginError
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
 from appliance.storage import (
-    MIGRATIONS, StorageError, copy_to_postgresql, inspect_backup, redact_url, restore_database,
+    MIGRATIONS, StorageError, copy_to_postgresql, inspect_backup, redact_url, restore_database, restore_to_postgresql,
 )
 
 
@@ -162,7 +162,7 @@ def _serve(config: Config, host: str | None, port: int | None,
         _fail(str(exc))
     try:
         banner = setup() if setup is not None else None
-        runtime = open_runtime(config)
+        runtime = open_runtime(config, keep_trying=True)  # an unreachable PostgreSQL: served with 503s until reached
     except (StorageError, SecretError) as exc:
         lock.close()
         _fail(str(exc))
@@ -514,10 +514,12 @@ def export(runtime: Runtime, tenant_id: str, file: str | None, as_json: bool) ->
 @click.option("--json", "as_json", is_flag=True)
 @admin_command
 def backup(runtime: Runtime, dest: str, as_json: bool) -> None:
-    """Consistent online copy of the database, safe while the service runs."""
+    """Consistent online copy of the database, safe while the service runs (on PostgreSQL a
+    pg_dump custom-format archive, made by pg_dump)."""
     target = Path(dest)
     if target.is_dir():
-        target = target / f"appliance-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.db"
+        suffix = "dump" if runtime.config.storage.backend == "postgresql" else "db"
+        target = target / f"appliance-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.{suffix}"
     if target.exists():
         _fail(f"{target} exists; choose a new file")
     if not target.parent.is_dir():
@@ -537,8 +539,9 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
     """Replace the database with BACKUP (checked first; refused while a server runs on the data
     folder). The database it replaces is kept beside it."""
     config = ctx.obj["config"]()
-    if config.storage.backend == "postgresql":  # an SQLite file put in the data folder would serve nothing
-        _fail("restore of a PostgreSQL database: use pg_restore (docs/postgresql-progress.md)")
+    if config.storage.backend == "postgresql":
+        _restore_postgresql(config, Path(backup_file), as_json)
+        return
     _check_backup(config, Path(backup_file))  # before anything is created
     try:
         private_folder(config.data_dir)
@@ -552,6 +555,29 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
         _restore(config, Path(backup_file), yes, as_json)
     finally:
         lock.close()
+
+
+def _restore_postgresql(config: Config, backup_file: Path, as_json: bool) -> None:
+    """pg_restore into the configured database, which must be empty: nothing is replaced, so
+    nothing is asked. Then opened as a server would (pending migrations, the master key)."""
+    try:
+        private_folder(config.data_dir)
+    except OSError as exc:
+        _fail(f"cannot create {config.data_dir}: {exc.strerror}")
+    try:  # held to the end: no server may start on the folder before the database is whole
+        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), command="restore")
+    except DataFolderBusy as exc:
+        _fail(f"{exc}: stop it before restoring")
+    shown = redact_url(config.database_url)
+    try:
+        restore_to_postgresql(backup_file, config.database_url)
+        open_runtime(config).close()
+    except (StorageError, SecretError) as exc:
+        _fail(str(exc))
+    finally:
+        lock.close()
+    _emit(as_json, {"restored": str(backup_file), "database": shown, "previous": None},
+          f"restored {backup_file} to {shown}")
 
 
 def _check_backup(config: Config, backup_file: Path) -> None:
@@ -650,6 +676,13 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def database() -> str:
         runtime = open_runtime(config)  # refuses a missing database and a master key that does not fit
         try:
+            about = runtime.store.describe()
+            if about["backend"] == "postgresql":
+                others = about["other_processes"]
+                return (f"{about['url']}: PostgreSQL {about['version']}, connection ok ({about['latency_ms']} ms "
+                        f"a round trip), {about['migrations']}/{about['known_migrations']} migrations, shared with "
+                        f"{others} other appliance process{'es' if others != 1 else ''}, "
+                        f"secrets open with {runtime.box.key_id}")
             verdict, applied = runtime.store.health()
             if verdict != "ok":
                 raise StorageError(f"integrity_check: {verdict}")

@@ -9,6 +9,8 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException
 
+from appliance.storage import StorageUnavailable
+
 log = logging.getLogger("appliance.api")
 
 JSON = "application/json"
@@ -76,10 +78,20 @@ class ProviderError(ApiError):
     status, code, message = 502, "PROVIDER_ERROR", "The provider refused or could not be reached"
 
 
+class ServiceUnavailable(ApiError):
+    """The database cannot answer now (unreachable, disk full): nothing was stored; ask again later."""
+
+    status, code, message = 503, "SERVICE_UNAVAILABLE", "The service cannot reach its database; retry later"
+    RETRY_AFTER = 5
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.RETRY_AFTER)}
+
+
 ERRORS_BY_STATUS: dict[int, type[ApiError]] = {
     cls.status: cls
     for cls in (ValidationFailed, Unauthorized, Forbidden, NotFound, MethodNotAllowed, InvalidState,
-                PayloadTooLarge, UnsupportedMediaType, RateLimited, ProviderError)
+                PayloadTooLarge, UnsupportedMediaType, RateLimited, ProviderError, ServiceUnavailable)
 }
 
 
@@ -120,6 +132,16 @@ def handle_http_exception(request: Request, exc: HTTPException) -> Response:
     return _respond(kind())
 
 
+def service_unavailable(exc: StorageUnavailable) -> ServiceUnavailable:
+    # Not logged: an outage answers every request that needs the database, and a line each would
+    # drown the log; the job loops say it once (appliance/jobs/outage.py).
+    return ServiceUnavailable(message=f"Service unavailable: {exc.reason}; retry later")
+
+
+def handle_storage_unavailable(_: Request, exc: StorageUnavailable) -> Response:
+    return _respond(service_unavailable(exc))
+
+
 def handle_unexpected(request: Request, exc: Exception) -> Response:
     body = unexpected_error_body(exc, request.method, request.scope.get("path_template", "?"),
                                  request.scope.get("state", {}).get("request_id", "-"))
@@ -146,6 +168,7 @@ def _where(exc: BaseException) -> str:
 
 EXCEPTION_HANDLERS = {
     ApiError: handle_api_error,
+    StorageUnavailable: handle_storage_unavailable,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

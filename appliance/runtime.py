@@ -12,7 +12,7 @@ from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_mas
 from appliance.domain.endpoint import split_credentials
 from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
-from appliance.storage import DELIVERY_ENDPOINTS, MIGRATIONS, ActivityRow, StorageError, Store, open_postgresql
+from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store, open_postgresql
 
 
 @dataclass
@@ -34,8 +34,8 @@ def initialize(config: Config) -> tuple[bool, bool]:
     private_folder(config.data_dir)
     created_key = ensure_master_key(config.master_key_path)
     if config.storage.backend == "postgresql":
-        store = open_postgresql(config.database_url, lease_seconds=config.storage.job_lease_seconds)
-        created_db = MIGRATIONS[0][0] in store.postgres.migrated_on_open  # type: ignore[attr-defined]
+        store = open_postgresql(config.database_url, create=True, lease_seconds=config.storage.job_lease_seconds)
+        created_db = store.created_on_open  # type: ignore[attr-defined]
         store.close()
         return created_key, created_db
     created_db = not config.database_file.exists()
@@ -43,17 +43,21 @@ def initialize(config: Config) -> tuple[bool, bool]:
     return created_key, created_db
 
 
-def open_store(config: Config) -> Store:
-    """The configured backend's store: the SQLite file in the data folder, or PostgreSQL."""
+def open_store(config: Config, *, keep_trying: bool = False) -> Store:
+    """The configured backend's store: the SQLite file in the data folder, or PostgreSQL
+    (`keep_trying`: a server starts while its PostgreSQL server cannot be reached)."""
     if config.storage.backend == "postgresql":
-        return open_postgresql(config.database_url, lease_seconds=config.storage.job_lease_seconds)
+        return open_postgresql(config.database_url, keep_trying=keep_trying,
+                               lease_seconds=config.storage.job_lease_seconds)
     return Store.open(config.database_file, synchronous=config.storage.synchronous)
 
 
-def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
+def open_runtime(config: Config, clock: Clock | None = None, *, keep_trying: bool = False) -> Runtime:
     """An install made by `initialize`: a missing database or master key is refused, never made
     anew (a mistyped path must not start an empty install whose secrets can never be opened), and
-    so is a master key other than the one the stored secrets were sealed with."""
+    so is a master key other than the one the stored secrets were sealed with. `keep_trying`
+    (`appliance serve`): an unreachable PostgreSQL server is opened in the background, and these
+    checks run once it is reached."""
     if config.storage.backend == "sqlite" and not config.database_file.is_file():
         raise StorageError(f"no database at {config.database_file}: run `appliance init` first, "
                            "or point [storage] path at the data folder")
@@ -61,14 +65,18 @@ def open_runtime(config: Config, clock: Clock | None = None) -> Runtime:
         raise SecretError(f"no master key at {config.master_key_path}: restore it from your copy, or point "
                           "[security] master_key_file at it (`appliance init` makes one for a new install)")
     box = SecretBox(load_master_key(config.master_key_path))
-    store = open_store(config)
-    try:
+    store = open_store(config, keep_trying=keep_trying)
+    runtime = Runtime(config=config, store=store, box=box, clock=clock or Clock())
+
+    def checks() -> None:
         check_master_key(store, box, config.master_key_path)
-    except SecretError:
+        _seal_endpoint_credentials_left_in_clear(runtime)
+
+    try:
+        store.on_open(checks)
+    except (SecretError, StorageError):
         store.close()
         raise
-    runtime = Runtime(config=config, store=store, box=box, clock=clock or Clock())
-    _seal_endpoint_credentials_left_in_clear(runtime)
     return runtime
 
 

@@ -172,7 +172,7 @@ def postgres_cluster() -> Iterator[Cluster]:
     cluster.start()
     try:
         cluster.admin(f"CREATE DATABASE {TEMPLATE}")
-        PgStore.open_url(cluster.url(TEMPLATE)).close()  # the migrations, once: each test copies them
+        PgStore.open_url(cluster.url(TEMPLATE), create=True).close()  # the migrations, once: each test copies them
         yield cluster
     finally:
         cluster.stop()

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -84,3 +85,70 @@ class Cluster:
                 # just closed may still be leaving.
                 time.sleep(0.02 * (attempt + 1))
         raise RuntimeError(f"{sql!r}: the database stayed in use")
+
+
+class Relay:
+    """A TCP relay to the cluster on a port of its own, to cut the appliance off from its
+    database and bring it back: `start()` listens and forwards, `stop()` refuses new connections
+    and cuts the open ones (as a server that went away)."""
+
+    def __init__(self, cluster: Cluster, port: int) -> None:
+        self.target = ("127.0.0.1", cluster.port)
+        self.port = port
+        self._listener: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def url(self, database: str, password: str | None = None) -> str:
+        user = f"postgres:{password}" if password else "postgres"  # trust authentication ignores the password
+        return f"postgresql://{user}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # stopped
+            try:
+                server = socket.create_connection(self.target)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open |= {client, server}
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        for sock in (source, sink):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread (close alone does not)
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            cut, self._open = self._open, set()
+        for sock in cut:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()

@@ -17,6 +17,7 @@ from appliance.config import load_config
 from appliance.runtime import open_runtime
 from tests.bundles import standard_bundle
 from tests.engine import engine
+from tests.conftest import TEST_BACKEND
 
 
 def test_init_is_idempotent_and_creates_a_private_master_key(bare_cli, config):
@@ -184,7 +185,7 @@ def test_backup_is_a_consistent_copy(cli, tmp_path, config):
 def test_doctor_reports_ok_and_failures(cli, config):
     cli("init")
     out = cli("doctor").stdout
-    assert "ok    database" in out and "integrity ok" in out
+    assert "ok    database" in out and ("connection ok" if TEST_BACKEND == "postgresql" else "integrity ok") in out
     os.chmod(config.master_key_path, 0o644)
     failed = cli("doctor", expect=1).stdout
     assert "FAIL  master key" in failed

@@ -157,21 +157,19 @@ def test_reporting_commands_answer_json(cli, tmp_path):
     assert imported["imported"]["campaigns"] == 3 and imported["tenantId"] == tenant_id
     exported = json.loads(cli("export", "--tenant", tenant_id, str(tmp_path / "out.toml"), "--json").stdout)
     assert exported["file"] == str(tmp_path / "out.toml") and exported["bytes"] > 0
+    backup = json.loads(cli("backup", str(tmp_path), "--json").stdout)  # PostgreSQL: a pg_dump archive
+    assert Path(backup["file"]).is_file() and backup["bytes"] > 0
     if TEST_BACKEND == "postgresql":
-        one_error_line(cli("backup", str(tmp_path), "--json", expect=1), "pg_dump")
-        one_error_line(cli("restore", str(bundle), "--yes", expect=1), "pg_restore")
-    else:
-        backup = json.loads(cli("backup", str(tmp_path), "--json").stdout)
-        assert Path(backup["file"]).is_file() and backup["bytes"] > 0
+        one_error_line(cli("restore", str(bundle), "--yes", expect=1), "not a pg_dump custom-format archive")
     doctor = json.loads(cli("doctor", "--json").stdout)
     assert doctor["ok"] is True and [c["check"] for c in doctor["checks"]] == [
         "config", "master key", "database", "plugin folders", "server"]
     assert json.loads(cli("plugins", "--json").stdout)["adapters"]
 
 
-# ---- restore (PostgreSQL: pg_dump and pg_restore) -------------------------------------------------
+# ---- restore (PostgreSQL: tests/test_postgresql_operations.py) ------------------------------------
 
-@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
 def test_restore_puts_a_backup_back_and_keeps_what_it_replaced(cli, tmp_path):
     first = cli.json("tenant", "create", "Before")["tenantId"]
     backup = json.loads(cli("backup", str(tmp_path / "copy.db"), "--json").stdout)["file"]
@@ -187,7 +185,7 @@ def test_restore_puts_a_backup_back_and_keeps_what_it_replaced(cli, tmp_path):
     assert [t["name"] for t in cli.json("tenant", "list")] == ["Before", "After"]
 
 
-@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
 def test_restore_refuses_what_is_not_a_sound_appliance_database(cli, tmp_path):
     backup = Path(json.loads(cli("backup", str(tmp_path / "whole.db"), "--json").stdout)["file"])
     half = tmp_path / "half.db"
@@ -198,7 +196,7 @@ def test_restore_refuses_what_is_not_a_sound_appliance_database(cli, tmp_path):
     assert files_under(tmp_path / "data") == before
 
 
-@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
 def test_restore_refuses_a_backup_sealed_with_another_master_key(cli, tmp_path):
     tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
     cli("import", "--tenant", tenant_id, str(write(tmp_path / "b.json", json.dumps(standard_bundle()))))
@@ -273,7 +271,7 @@ def test_a_port_in_use_is_one_line(cli):
         one_error_line(cli("serve", "--port", str(port), expect=1), f"cannot listen on 127.0.0.1:{port}", "in use")
 
 
-@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
 def test_restore_replaces_a_damaged_database_and_refuses_a_live_file_copy(cli, tmp_path):
     cli.json("tenant", "create", "Kept")
     backup = Path(json.loads(cli("backup", str(tmp_path / "good.db"), "--json").stdout)["file"])
@@ -299,7 +297,7 @@ def test_a_bundle_with_bad_utf8_in_a_string_is_one_line(cli, tmp_path):
     one_error_line(cli("import", "--tenant", tenant_id, str(bad), expect=1), "not UTF-8")
 
 
-@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: pg_dump, pg_restore)
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
 def test_restore_without_the_master_key_or_with_a_garbled_one_creates_nothing(cli, tmp_path):
     tenant_id = cli.json("tenant", "create", "Sealed")["tenantId"]
     cli("import", "--tenant", tenant_id, str(write(tmp_path / "b.json", json.dumps(standard_bundle()))))

@@ -13,7 +13,7 @@ import time
 import psycopg
 import pytest
 
-from appliance.storage.db import StorageError
+from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.migrations import MIGRATIONS, apply
@@ -44,7 +44,7 @@ def test_the_same_migrations_by_name_recorded_and_run_twice_change_nothing(postg
 
 def test_a_database_whose_text_does_not_sort_byte_by_byte_is_refused(postgres_cluster):
     postgres_cluster.admin("CREATE DATABASE not_c TEMPLATE template0 LOCALE 'C.UTF-8' ENCODING 'UTF8'")
-    PgStore.open_url(postgres_cluster.url("not_c")).close()  # C.UTF-8 sorts by code point: accepted
+    PgStore.open_url(postgres_cluster.url("not_c"), create=True).close()  # C.UTF-8 sorts by code point: accepted
     postgres_cluster.admin("DROP DATABASE not_c")
     locales = {row[0] for row in psycopg.connect(postgres_cluster.url(), autocommit=True).execute(
         "SELECT collname FROM pg_collation WHERE collprovider = 'c'")}
@@ -54,7 +54,7 @@ def test_a_database_whose_text_does_not_sort_byte_by_byte_is_refused(postgres_cl
     postgres_cluster.admin(f"CREATE DATABASE not_c TEMPLATE template0 LOCALE '{other}' ENCODING 'UTF8'")
     try:
         with pytest.raises(StorageError, match="collation"):
-            PgStore.open_url(postgres_cluster.url("not_c"))
+            PgStore.open_url(postgres_cluster.url("not_c"), create=True)
     finally:
         postgres_cluster.admin("DROP DATABASE not_c")
 
@@ -185,6 +185,7 @@ def test_an_unreachable_database_is_one_line_naming_no_password(postgres_cluster
     with pytest.raises(StorageError) as caught:
         PgStore.open_url(url)
     message = str(caught.value)
+    assert isinstance(caught.value, StorageUnavailable)  # an outage: a server keeps trying (test_database_outage.py)
     assert "s3cret-pw" not in message and "\n" not in message
     assert "postgres:***@127.0.0.1" in message
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
@@ -202,6 +203,7 @@ def test_wrong_credentials_are_a_storage_error_naming_no_password(postgres_clust
         with pytest.raises(StorageError, match="password authentication failed") as caught:
             PgStore.open_url(f"postgresql://appliance_pw:wrong-one@127.0.0.1:{postgres_cluster.port}/postgres")
         assert "wrong-one" not in str(caught.value) and "\n" not in str(caught.value)
+        assert not isinstance(caught.value, StorageUnavailable)  # waiting would not mend it
     finally:
         hba.write_text(trusting)
         with psycopg.connect(postgres_cluster.url(), autocommit=True) as conn:
@@ -397,7 +399,12 @@ def test_timed_work_has_one_leader_and_another_process_takes_over_when_it_dies(p
             time.sleep(0.1)
         assert asyncio.run(b.runs_timed_work()) and not asyncio.run(c.runs_timed_work())  # B stays leader
         b.close()
-        assert asyncio.run(c.runs_timed_work())  # a clean stop hands it on
+        # A clean stop hands it on: the lock goes when the server has ended B's session, which
+        # it does a moment after B disconnects, not before close() returns.
+        deadline = time.monotonic() + 10
+        while not asyncio.run(c.runs_timed_work()):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
     finally:
         if a.poll() is None:
             a.kill()

@@ -163,11 +163,11 @@ def build_document(app: Any) -> dict[str, Any]:
             codes += ["VALIDATION_ERROR", "PAYLOAD_TOO_LARGE", "UNSUPPORTED_MEDIA_TYPE"]
         elif "form" in opt:  # a file over its own limit is a VALIDATION_ERROR naming it
             codes += ["VALIDATION_ERROR", "UNSUPPORTED_MEDIA_TYPE"]
-        for code in dict.fromkeys(codes + ["INTERNAL_ERROR"]):
+        for code in dict.fromkeys(codes + ["SERVICE_UNAVAILABLE", "INTERNAL_ERROR"]):  # every route reads the database
             entry = responses.setdefault(str(ERROR_STATUS[code]), {"description": "", "headers": dict(_REQUEST_ID),
                                                                      "content": {JSON: {"schema": {"$ref": REF.format(name="Error")}}}})
             entry["description"] = ", ".join(filter(None, [entry["description"], code]))
-            if code == "RATE_LIMITED":
+            if code in ("RATE_LIMITED", "SERVICE_UNAVAILABLE"):
                 entry["headers"]["Retry-After"] = {"schema": {"type": "integer"}}
         operation["responses"] = responses
     _complete_arrays(doc)  # last: the whole document, Litestar's part and ours

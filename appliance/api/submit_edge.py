@@ -22,8 +22,10 @@ from appliance.errors import (
     ApiError,
     PayloadTooLarge,
     error_body,
+    service_unavailable,
     unexpected_error_body,
 )
+from appliance.storage import StorageUnavailable
 
 _JSON_HEADER = (b"content-type", b"application/json")
 
@@ -59,9 +61,10 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
         if body is None:
             return
         status, content = 201, await submit_json(app_state, who, body)
-    except ApiError as exc:
-        status, content = exc.status, error_body(exc.code, exc.message, exc.details)
-        extra = [(name.lower().encode(), value.encode()) for name, value in exc.headers().items()]
+    except (ApiError, StorageUnavailable) as exc:
+        error = service_unavailable(exc) if isinstance(exc, StorageUnavailable) else exc
+        status, content = error.status, error_body(error.code, error.message, error.details)
+        extra = [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
     except Exception as exc:  # the same 500 as every route: logged by type and place, no details
         status, content = 500, unexpected_error_body(exc, "POST", SUBMIT_PATH, scope["state"]["request_id"])
     await send({"type": "http.response.start", "status": status,

@@ -42,7 +42,8 @@ from appliance.services.ledger import earn
 from appliance.services.intake import run_intake_action
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from appliance.services.tenant_settings import SettingsCache, TenantSettings
-from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
+from appliance.jobs.outage import Outage
+from appliance.storage import DELIVERY_ENDPOINTS, Job, Session, StorageUnavailable
 
 log = logging.getLogger("appliance.delivery")
 
@@ -105,8 +106,9 @@ class DeliveryWorker:
 
     async def run(self, stop: asyncio.Event) -> None:
         store = self.runtime.store
-        now = iso(self.runtime.clock.now())
-        interrupted = await store.write(lambda tx: tx.jobs.requeue_interrupted(now))
+        outage = Outage(log, "delivery")
+        interrupted = await outage.retry(
+            lambda: store.write(lambda tx: tx.jobs.requeue_interrupted(iso(self.runtime.clock.now()))), stop)
         if interrupted:
             log.warning("%d jobs were interrupted by the last stop and run again", interrupted)
         # httpcore walks its whole pool on every request and release (encode/httpcore#1035): a
@@ -118,10 +120,14 @@ class DeliveryWorker:
                 self._wake.clear()
                 free = self.concurrency - len(active)
                 claimed: list[Job] = []
+                wait = self.poll_seconds
                 if free > 0:
                     now = iso(self.runtime.clock.now())
                     try:
                         claimed = await store.write(lambda tx: tx.jobs.claim_due(now, free))
+                        outage.succeeded()
+                    except StorageUnavailable as exc:
+                        wait = outage.failed(exc)
                     except Exception as exc:  # the loop must survive a storage hiccup
                         log.error("claiming jobs failed: %s", type(exc).__name__)
                 for job in claimed:
@@ -131,7 +137,7 @@ class DeliveryWorker:
                 if claimed and len(claimed) == free:
                     continue  # there may be more due right now
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
                 except asyncio.TimeoutError:
                     pass
             if active:

@@ -11,7 +11,9 @@ import logging
 from datetime import timedelta
 
 from appliance.clock import Clock, iso
+from appliance.jobs.outage import Outage
 from appliance.runtime import Runtime
+from appliance.storage import StorageUnavailable
 from appliance.services.endpoints import hour_of
 
 log = logging.getLogger("appliance.ticker")
@@ -29,7 +31,11 @@ INTERRUPTED_SMS_REASON = ("interrupted: the service stopped, or the provider cal
 async def flush_activity(runtime: Runtime) -> int:
     rows, runtime.activity[:] = list(runtime.activity), []
     if rows:
-        await runtime.store.write_off_loop(lambda tx: tx.activity.append(rows))
+        try:
+            await runtime.store.write_off_loop(lambda tx: tx.activity.append(rows))
+        except StorageUnavailable:  # nothing was written: the rows go first in the next flush
+            runtime.activity[:0] = rows
+            raise
     return len(rows)
 
 
@@ -74,9 +80,11 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
     planner_stats = _Every(clock, OPTIMIZE_EVERY)
     purge = _Every(clock, PURGE_EVERY, first_now=True)  # purge once soon after start
     sms_settle = _Every(clock, SMS_SETTLE_EVERY, first_now=True)
+    outage = Outage(log, "housekeeping")
+    wait = TICK_SECONDS
     while not stop.is_set():
         try:
-            await asyncio.wait_for(stop.wait(), timeout=TICK_SECONDS)
+            await asyncio.wait_for(stop.wait(), timeout=wait)
         except asyncio.TimeoutError:
             pass
         try:
@@ -90,5 +98,9 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)
             if planner_stats.due():
                 await runtime.store.optimize()
+            outage.succeeded()
+            wait = TICK_SECONDS
+        except StorageUnavailable as exc:  # the activity buffer is kept and flushed once it answers
+            wait = max(outage.failed(exc), TICK_SECONDS)
         except Exception as exc:  # housekeeping must never stop the loop
             log.error("ticker step failed: %s", type(exc).__name__)

@@ -22,7 +22,8 @@ from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, Webhook, event_body, re
 from appliance.runtime import Runtime
 from appliance.services.bundle import webhook_secret_ref
 from appliance.services.lead_events import lead_summary
-from appliance.storage import WEBHOOKS, OutboxEvent
+from appliance.jobs.outage import Outage
+from appliance.storage import WEBHOOKS, OutboxEvent, StorageUnavailable
 
 log = logging.getLogger("appliance.webhooks")
 
@@ -58,15 +59,20 @@ class WebhookSender:
     async def run(self, stop: asyncio.Event) -> None:
         client = WebhookClient()
         in_flight: dict[tuple[str, str, int], asyncio.Task] = {}
+        outage = Outage(log, "webhooks")
         try:
             while not stop.is_set():
                 self._wake.clear()
+                wait = self.poll_seconds
                 try:
                     self._start_lanes(in_flight, client, stop)
+                    outage.succeeded()
+                except StorageUnavailable as exc:
+                    wait = outage.failed(exc)
                 except Exception as exc:  # the loop must survive a storage hiccup
                     log.error("reading the webhook outbox failed: %s", type(exc).__name__)
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=self.poll_seconds)
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
                 except asyncio.TimeoutError:
                     pass
             if in_flight:

@@ -10,7 +10,7 @@ from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
 from appliance.storage.console_sessions import ConsoleSessionRecord
-from appliance.storage.db import StorageError, inspect_backup, restore_database
+from appliance.storage.db import StorageError, StorageUnavailable, inspect_backup, restore_database
 from appliance.storage.imports import MAX_ERRORS as MAX_IMPORT_ERRORS, ImportRecord
 from appliance.storage.jobs import Job
 from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
@@ -24,16 +24,17 @@ from appliance.storage.webhooks import NewEvents, OutboxEvent
 
 
 
-def open_postgresql(url: str, *, lease_seconds: float) -> Store:
-    """The store on the PostgreSQL database at `url` (its migrations applied), its running jobs
-    leased for `lease_seconds` (storage/postgres/leases.py). psycopg is an optional extra,
-    imported only here."""
+def open_postgresql(url: str, *, lease_seconds: float, create: bool = False, keep_trying: bool = False) -> Store:
+    """The store on the PostgreSQL database at `url` (its pending migrations applied; a database
+    without the appliance's tables only with `create`; `keep_trying`: see PgStore.open_url), its
+    running jobs leased for `lease_seconds` (storage/postgres/leases.py). psycopg is an optional
+    extra, imported only here."""
     try:
         from appliance.storage.postgres.store import PgStore
     except ImportError:
         raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
                            "pip install 'appliance[postgresql]'") from None
-    return PgStore.open_url(url, lease_seconds=lease_seconds)
+    return PgStore.open_url(url, create=create, keep_trying=keep_trying, lease_seconds=lease_seconds)
 
 
 def copy_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
@@ -47,12 +48,24 @@ def copy_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
     return copy_sqlite_to_postgresql(sqlite_file, url)
 
 
+def restore_to_postgresql(file: Path, url: str) -> None:
+    """The pg_dump archive `file` of an appliance database restored into the empty PostgreSQL
+    database at `url` (storage/postgres/dump.py)."""
+    try:
+        from appliance.storage.postgres.dump import check_dump, restore
+    except ImportError:
+        raise StorageError("the PostgreSQL backend needs the `postgresql` extra: "
+                           "pip install 'appliance[postgresql]'") from None
+    check_dump(file)
+    restore(file, url)
+
 
 __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
-    "Message", "Session", "StorageError", "Store", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "Message", "Session", "StorageError", "StorageUnavailable", "Store", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "restore_to_postgresql",
     "restore_database",
 ]

@@ -57,6 +57,16 @@ class StorageError(Exception):
     """The database could not be opened or written; the message carries no row data."""
 
 
+class StorageUnavailable(StorageError):
+    """The database cannot answer now (unreachable, its disk full) but may later: the request is
+    refused whole (nothing committed), and asking again later is the remedy. `reason` is a short
+    phrase fit for an API client (no URL, host or path)."""
+
+    def __init__(self, message: str, reason: str = "the database is not reachable") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def _configure(conn: apsw.Connection, synchronous: str) -> None:
     conn.setbusytimeout(_BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -404,7 +414,8 @@ class Database:
                 if conn.getautocommit():
                     # SQLite already rolled the whole transaction back (disk full, I/O error):
                     # the units before this one are gone too; the ones after get a new group.
-                    lost = StorageError("the write transaction was rolled back by the database")
+                    lost = StorageUnavailable("the write transaction was rolled back by the database",
+                                              reason="the database could not write")
                     _resolve([(d, None, lost) for d, _, _ in outcomes] + [(done, None, exc)])
                     return batch[position + 1:]
                 conn.execute("ROLLBACK TO unit")

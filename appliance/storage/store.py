@@ -31,7 +31,7 @@ from appliance.storage.caps import Caps
 from appliance.storage.catalog import Catalog
 from appliance.storage.change_signal import ChangeSignal
 from appliance.storage.console_sessions import ConsoleSessions
-from appliance.storage.db import Database, optimize
+from appliance.storage.db import Database, StorageUnavailable, optimize
 from appliance.storage.endpoints import Endpoints
 from appliance.storage.files import Files
 from appliance.storage.imports import Imports
@@ -111,20 +111,34 @@ class Store:
         writer = self._writer
         return lambda _conn: unit(writer)
 
+    def _full(self, exc: apsw.FullError) -> StorageUnavailable:
+        """A full disk: nothing of the unit was kept, and freeing space is the remedy (not a bug)."""
+        return StorageUnavailable(f"write failed: the disk of {self.sqlite.path} is full ({exc})",
+                                  reason="the database's disk is full")
+
     async def write(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
         """`unit(tx)` in the next group transaction, on the event loop; returns once committed.
         `may_refuse`: the unit raises for ordinary reasons (not found, a conflict), so it runs
         under a savepoint of its own and its refusal leaves the rest of the group alone."""
-        return await self.sqlite.write(self._on_writer(unit), may_refuse=may_refuse)
+        try:
+            return await self.sqlite.write(self._on_writer(unit), may_refuse=may_refuse)
+        except apsw.FullError as exc:
+            raise self._full(exc) from None
 
     async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
         """`write` for a long unit (a bulk update, the activity log's batch): it runs on the
         writer thread, so the event loop goes on answering requests meanwhile."""
-        return await self.sqlite.write_off_loop(self._on_writer(unit), may_refuse=may_refuse)
+        try:
+            return await self.sqlite.write_off_loop(self._on_writer(unit), may_refuse=may_refuse)
+        except apsw.FullError as exc:
+            raise self._full(exc) from None
 
     def write_sync(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
         """`write` for threads without an event loop (the CLI, start-up)."""
-        return self.sqlite.write_sync(self._on_writer(unit), may_refuse=may_refuse)
+        try:
+            return self.sqlite.write_sync(self._on_writer(unit), may_refuse=may_refuse)
+        except apsw.FullError as exc:
+            raise self._full(exc) from None
 
     # ---- reads ------------------------------------------------------------------------------
 
@@ -140,6 +154,11 @@ class Store:
         return await asyncio.to_thread(lambda: read(self.reader()))
 
     # ---- operations -------------------------------------------------------------------------
+
+    def on_open(self, check: Callable[[], None]) -> None:
+        """Run `check` once the database is open: at once, since an SQLite file opens or fails
+        at start (a PostgreSQL server may be reached later)."""
+        check()
 
     @property
     def changes(self) -> ChangeSignal | None:
@@ -157,6 +176,10 @@ class Store:
     def health(self) -> tuple[str, int]:
         """(the integrity check's verdict, migrations applied)."""
         return self.sqlite.health()
+
+    def describe(self) -> dict[str, object]:
+        """The backend and where it keeps the data, for `appliance doctor`."""
+        return {"backend": "sqlite", "file": str(self.sqlite.path)}
 
     def backup_to(self, dest: Path) -> None:
         """A consistent copy while the service keeps writing."""

@@ -19,6 +19,8 @@ import psycopg
 from psycopg.adapt import Loader
 from psycopg.types.string import StrDumper
 
+from appliance.storage.db import StorageUnavailable
+
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%|\s+INDEXED BY \w+")
 
 
@@ -63,6 +65,37 @@ class _IntegralNumeric(Loader):
         return float(text) if "." in text or "e" in text.lower() or text == "NaN" else int(text)
 
 
+# What libpq says when the server answered and refused the login: retrying will not help. Connection
+# failures carry no SQLSTATE, so the (English, the server's default) text is all there is to go by.
+_REFUSED_FOR_GOOD = ("does not exist", "authentication failed", "pg_hba.conf", "password", "permission denied",
+                     "not permitted to log in")
+
+
+def refused_for_good(exc: psycopg.Error) -> bool:
+    """A login the server refused (credentials, database name, access rules), not an outage."""
+    text = str(exc)
+    return ("FATAL" in text and any(phrase in text for phrase in _REFUSED_FOR_GOOD)) or "fe_sendauth" in text
+
+
+def unavailable(exc: BaseException) -> bool:
+    """A failure of the server or of the way to it, not of the statement: no connection, the
+    connection lost, the server starting, stopping, out of connections or of disk. A
+    serialization failure is an OperationalError too, and is not one of these."""
+    if not isinstance(exc, psycopg.OperationalError) or refused_for_good(exc):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(("08", "53", "57P"))
+
+
+def reason(exc: BaseException) -> str:
+    """The first line of a driver error (later lines may quote a statement)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def lost(exc: BaseException) -> StorageUnavailable:
+    return StorageUnavailable(f"the database stopped answering: {reason(exc)}")
+
+
 def configure(raw: psycopg.Connection) -> None:
     """Adapters every appliance connection uses: str sent as `text` (so `? IS NULL` has a type),
     numeric read as SQLite would answer."""
@@ -102,7 +135,12 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         text, order = translate(sql)
         cur = self.raw.cursor()
-        cur.execute(text, _values(params, order) if params else None)
+        try:
+            cur.execute(text, _values(params, order) if params else None)
+        except psycopg.OperationalError as exc:
+            if unavailable(exc):
+                raise lost(exc) from None
+            raise
         self._count(cur.rowcount)
         return Cursor(cur)
 
@@ -113,7 +151,12 @@ class PgConnection:
             self._changes = 0
             return
         with self.raw.cursor() as cur:
-            cur.executemany(text, rows)
+            try:
+                cur.executemany(text, rows)
+            except psycopg.OperationalError as exc:
+                if unavailable(exc):
+                    raise lost(exc) from None
+                raise
             self._count(cur.rowcount)
 
     def _count(self, rowcount: int) -> None:

@@ -12,7 +12,8 @@ import psycopg
 
 from appliance.storage.db import StorageError
 from appliance.storage.leads import _LEADS, _names
-from appliance.storage.postgres.engine import _CONNECT_TIMEOUT, _reason
+from appliance.storage.postgres.connection import reason
+from appliance.storage.postgres.engine import connect
 from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.migrations import apply as apply_migrations
 from appliance.storage.postgres.repositories import _fold
@@ -26,9 +27,9 @@ def copy_sqlite_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
     """Rows copied per table. Refused unless every appliance table of the target is empty."""
     where = redact(url)
     try:
-        target = psycopg.connect(url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
+        target = connect(url, autocommit=True)
     except psycopg.Error as exc:
-        raise StorageError(f"cannot open database {where}: {_reason(exc)}") from None
+        raise StorageError(f"cannot open database {where}: {reason(exc)}") from None
     source = apsw.Connection(str(sqlite_file), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         apply_migrations(target)
@@ -44,7 +45,7 @@ def copy_sqlite_to_postgresql(sqlite_file: Path, url: str) -> dict[str, int]:
         source.execute("COMMIT")
         return counts
     except psycopg.Error as exc:
-        raise StorageError(f"copy to {where} failed: {_reason(exc)}") from None
+        raise StorageError(f"copy to {where} failed: {reason(exc)}") from None
     finally:
         source.close()
         target.close()

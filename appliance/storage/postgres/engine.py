@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -23,23 +25,39 @@ import psycopg
 from psycopg import IsolationLevel
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from appliance.storage.db import StorageError
-from appliance.storage.postgres.connection import PgConnection, configure
+from appliance.storage.db import StorageError, StorageUnavailable
+from appliance.storage.postgres.connection import PgConnection, configure, lost, reason, unavailable
 from appliance.storage.postgres.migrations import apply as apply_migrations
 from appliance.storage.postgres.url import redact
 
 log = logging.getLogger("appliance.storage")
+# The pool warns at every failed attempt to reconnect: during an outage that is a line a second.
+# The outage itself is said once, by the store and the job loops (appliance/jobs/outage.py).
+logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 T = TypeVar("T")
 
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _MAX_RUNS = 30  # a unit aborted this many times in a row is reported, not run again
 _CHANNEL = "appliance_changes"
 _CONNECT_TIMEOUT = 10
+_POOL_WAIT = 10.0  # seconds a unit waits for a pooled connection while the database answers
+_POOL_WAIT_IN_OUTAGE = 0.5  # ... and while it does not: a request answers 503 at once rather than hang
 
 
-def _reason(exc: BaseException) -> str:
-    """The first line of a driver error (later lines may quote a statement)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def application_name() -> str:
+    """Every connection's name in pg_stat_activity: the process it comes from, so `appliance
+    doctor` can count the processes sharing the database."""
+    return f"appliance:{socket.gethostname()}:{os.getpid()}"[:63]  # PostgreSQL keeps 63 bytes
+
+
+def connect(url: str, **kwargs) -> psycopg.Connection:
+    return psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT, application_name=application_name(), **kwargs)
+
+
+def open_error(url: str, exc: psycopg.Error) -> StorageError:
+    """Why `url` could not be opened: an outage (worth retrying) or a refusal (credentials, name)."""
+    message = f"cannot open database {redact(url)}: {reason(exc)}"
+    return StorageUnavailable(message) if unavailable(exc) else StorageError(message)
 
 
 class ChangeListener:
@@ -63,7 +81,7 @@ class ChangeListener:
     def _listen(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
+                with connect(self._url, autocommit=True) as conn:
                     conn.execute(f"LISTEN {_CHANNEL}")
                     self._connected = True
                     self._value += 1  # anything may have changed while it was not listening
@@ -102,8 +120,7 @@ class TimedWorkLeader:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT,
-                                                 **_KEEPALIVES)
+                    self._conn = connect(self._url, autocommit=True, **_KEEPALIVES)
                     self._held = False
                 if self._held:
                     self._conn.execute("SELECT 1")  # still connected: still ours
@@ -135,17 +152,26 @@ class PgDatabase:
         self.changes: ChangeListener | None = None
         self.leader = TimedWorkLeader(url)
         self.migrated_on_open: list[str] = []  # the migrations `open` applied (init: created or up to date)
+        self._outage = False  # the last unit found the database unreachable (cleared by one that commits)
 
     # ---- life cycle -------------------------------------------------------------------------
 
-    def open(self) -> PgDatabase:
+    def open(self, *, create: bool = False) -> PgDatabase:
+        """Connects and applies the pending migrations, as SQLite's open does. A database without
+        the appliance's tables is refused unless `create` (`appliance init`): a mistyped URL must
+        not start an empty install. Raises StorageUnavailable when the server cannot be reached."""
         try:
-            with psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as raw:
+            with connect(self.url, autocommit=True) as raw:
+                (table,) = raw.execute("SELECT to_regclass('migrations')").fetchone()
+                if table is None and not create:
+                    raise StorageError(f"no appliance database at {redact(self.url)}: run `appliance init` first, "
+                                       "or point [storage] url at the appliance's database")
                 self.migrated_on_open = apply_migrations(raw)
         except psycopg.Error as exc:
-            raise StorageError(f"cannot open database {redact(self.url)}: {_reason(exc)}") from None
+            raise open_error(self.url, exc) from None
         self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=self._configure,
-                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT}, open=True, name="appliance")
+                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name()},
+                                    open=True, name="appliance")
         self.changes = ChangeListener(self.url)
         return self
 
@@ -185,15 +211,27 @@ class PgDatabase:
             raise StorageError("the database is closed")
         for run in range(1, _MAX_RUNS + 1):
             try:
-                with self._pool.connection() as raw, raw.transaction():
-                    return unit(PgConnection(raw))
+                with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
+                        raw.transaction():
+                    result = unit(PgConnection(raw))
+                self._outage = False
+                return result
+            except StorageUnavailable:
+                self._outage = True
+                raise
             except _RETRYABLE:
                 if run == _MAX_RUNS:
                     raise StorageError(f"write failed: still conflicting after {run} runs") from None
                 # Randomized, growing waits: the transactions that collided do not meet again.
                 time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
-            except (psycopg.OperationalError, PoolTimeout) as exc:
-                raise StorageError(f"write failed: {_reason(exc)}") from None
+            except PoolTimeout:
+                self._outage = True
+                raise StorageUnavailable("write failed: no connection to the database") from None
+            except psycopg.OperationalError as exc:
+                if unavailable(exc):  # the connection was lost at COMMIT: the unit is answered as not done
+                    self._outage = True
+                    raise lost(exc) from None
+                raise StorageError(f"write failed: {reason(exc)}") from None
         raise AssertionError("unreachable")
 
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
@@ -209,9 +247,11 @@ class PgDatabase:
         conn = getattr(self._local, "conn", None)
         if conn is None or conn.raw.closed:
             try:
-                raw = psycopg.connect(self.url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
+                raw = connect(self.url, autocommit=True)
             except psycopg.Error as exc:
-                raise StorageError(f"cannot read the database: {_reason(exc)}") from None
+                if unavailable(exc):
+                    raise StorageUnavailable(f"cannot read the database: {reason(exc)}") from None
+                raise StorageError(f"cannot read the database: {reason(exc)}") from None
             configure(raw)
             raw.isolation_level = IsolationLevel.REPEATABLE_READ
             raw.read_only = True
@@ -226,6 +266,21 @@ class PgDatabase:
 
     def ping(self) -> None:
         self.row("SELECT 1")
+
+    def describe(self) -> dict[str, object]:
+        """What `appliance doctor` shows: the server's version, how long a round trip takes, the
+        migrations applied and how many other appliance processes are connected."""
+        conn = self.reader()
+        started = time.perf_counter()
+        conn.execute("SELECT 1")
+        latency = time.perf_counter() - started
+        version, applied, others = conn.execute(
+            "SELECT current_setting('server_version'), (SELECT count(*) FROM migrations),"
+            " (SELECT count(DISTINCT application_name) FROM pg_stat_activity"
+            "  WHERE datname = current_database() AND application_name LIKE ? AND application_name <> ?)",
+            ("appliance:%", application_name())).fetchone()
+        return {"url": redact(self.url), "version": version, "latency_ms": round(latency * 1000, 2),
+                "migrations": applied, "other_processes": others}
 
     def health(self) -> tuple[str, int]:
         """('ok' when the server answers, migrations applied): PostgreSQL checks its own pages."""

@@ -50,13 +50,19 @@ class JobLeases:
                 self._thread.start()
 
     def _run(self) -> None:
+        failing = False  # said once per outage, not every round
         while not self._stop.wait(self.every):
             try:
                 self._write(lambda jobs: jobs.renew_leases())
                 taken = self._write(lambda jobs: jobs.requeue_expired())
             except StorageError as exc:  # the next round tries again; meanwhile the leases run on
-                log.warning("renewing job leases failed: %s", exc)
+                if not failing:
+                    log.warning("renewing job leases failed (tried again every %g s): %s", self.every, exc)
+                failing = True
                 continue
+            if failing:
+                log.warning("job leases renewed again")
+                failing = False
             if taken:
                 log.warning("%d running jobs of a process that stopped renewing them are queued again", taken)
 
