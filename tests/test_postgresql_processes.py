@@ -418,3 +418,55 @@ def test_one_burst_over_two_servers_keeps_caps_dedupe_limits_and_the_rotation_ex
     assert Counter(buyer_of(done[d["leadId"]]) for d in rotated) == {"a": 10, "b": 10, "c": 10}
     for server in servers:
         stop_process(server.proc)
+
+
+# ---- imports: each server ends only its own ---------------------------------------------------
+
+def _import_csv(rows: int) -> bytes:
+    lines = ["first_name,last_name,email,phone,state,zip"]
+    lines += [f"Ada,Lovelace{n},imp.{n}@example.com,(415) 555-{n % 10_000:04d},CA,94110" for n in range(rows)]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def test_a_server_stopping_or_starting_leaves_another_servers_import_running(tmp_path, postgres_url, procs):
+    """A server ends the imports it ran when it stops, and at its start those of processes that
+    are gone: never an import another live server is running. One killed while it imports has
+    its import ended by the next server to start."""
+    install = Install(tmp_path, postgres_url, {"campaigns": [campaign("IMP1")]}, servers=2)
+    headers = {"X-API-Key": install.key}
+    a = install.start(0)
+    procs.append(a)
+
+    def upload(server: Server, rows: int) -> str:
+        answer = httpx.post(f"{server.url}/api/v1/leads/import", headers=headers, timeout=60,
+                            files={"file": ("leads.csv", _import_csv(rows), "text/csv")},
+                            data={"campaignId": "IMP1", "process": "false"})
+        assert answer.status_code == 202, answer.text
+        return answer.json()["data"]["importId"]
+
+    def state(server: Server, import_id: str) -> dict:
+        return httpx.get(f"{server.url}/api/v1/imports/{import_id}", headers=headers, timeout=10).json()["data"]
+
+    running = upload(a, 150_000)
+    b = install.start(1)  # its start ends the imports of gone processes: not A's
+    procs.append(b)
+    stop_process(b.proc)  # its stop ends its own imports: none
+    assert state(a, running)["state"] == "running", state(a, running)
+    deadline = time.monotonic() + 120
+    while (found := state(a, running))["state"] == "running":
+        assert time.monotonic() < deadline, found
+        time.sleep(0.2)
+    assert (found["state"], found["created"]) == ("done", 150_000), (found["created"], found["errors"][:3])
+
+    orphan = upload(a, 150_000)
+    a.proc.kill()
+    a.proc.wait(10)
+    deadline = time.monotonic() + 10  # the server ends a killed client's sessions a moment later
+    while install.rows("SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE %s",
+                       (f"%:{a.proc.pid}",))[0][0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    again = install.start(1)
+    procs.append(again)
+    ended = state(again, orphan)
+    assert ended["state"] == "failed" and ended["reason"].startswith("interrupted"), ended

@@ -83,7 +83,8 @@ class Imports:
                            " WHERE import_id = ? AND state = 'running'", (state, reason, now, now, import_id))
 
     def fail_running(self, reason: str, now: str) -> int:
-        """Every import still `running` ends `failed` with `reason` (none of them runs any more)."""
+        """Every import still `running` ends `failed` with `reason`: one process owns an SQLite
+        install, and it calls this when it runs none."""
         self._conn.execute("UPDATE lead_imports SET state = 'failed', reason = ?, updated_at = ?, finished_at = ?"
                            " WHERE state = 'running'", (reason, now, now))
         return self._conn.changes()

@@ -11,8 +11,8 @@ at once, so they are applied under an advisory lock. Differences from the SQLite
   no PostgreSQL install predates m007, so there is nothing to copy.
 - The report rollups' money trigger is a PL/pgSQL function; `appliance_bucket` stands in for
   SQLite's `coalesce(unixepoch(t), 0) / seconds`.
-- Migrations named pgNN exist only here: job leases (pg01), which only a database several
-  processes share needs (leases.py).
+- Migrations named pgNN exist only here: job leases (pg01) and the process running an import
+  (pg02), which only a database several processes share needs (leases.py, PgImports).
 - Text is compared byte by byte (ids sort as in SQLite) because the database's collation is C:
   `apply` refuses a database created with another (see docs/postgresql-progress.md)."""
 
@@ -477,4 +477,8 @@ _migration("pg01_job_leases", """
 ALTER TABLE jobs ADD COLUMN claimed_by text;
 ALTER TABLE jobs ADD COLUMN lease_until timestamptz;
 CREATE INDEX jobs_running_leases ON jobs(lease_until) WHERE state = 'running';
+""")
+
+_migration("pg02_import_runners", """
+ALTER TABLE lead_imports ADD COLUMN runner text;
 """)

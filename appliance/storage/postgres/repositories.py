@@ -19,6 +19,7 @@ from appliance.ids import new_id
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
 from appliance.storage.endpoints import _COUNTED, _HEALTH, Endpoints
+from appliance.storage.imports import Imports
 from appliance.storage.jobs import Job, Jobs
 from appliance.storage.leads import (
     _INSERT_LEAD,
@@ -31,6 +32,7 @@ from appliance.storage.leads import (
 )
 from appliance.storage.ledger import Ledger
 from appliance.storage.postgres.connection import PgConnection
+from appliance.storage.postgres.engine import application_name
 from appliance.storage.postgres.leases import JobLeases
 from appliance.storage.reports import _MONEY_KEYS, Reports, _pieces
 from appliance.storage.suppression import Suppression
@@ -385,3 +387,22 @@ class PgSuppression(Suppression):
         added = self._conn.total_changes() - before
         self._count_by(list_id, added)
         return added
+
+
+class PgImports(Imports):
+    """Several processes share the database, and each runs the imports uploaded to it: an import
+    records its process (`runner`, migration pg02), and only the imports of processes that are
+    gone, or this process's own (it calls this when it runs none), end `failed`."""
+
+    def create(self, tenant_id: str, import_id: str, campaign_id: str, file_name: str | None, process: bool,
+               columns: dict[str, str], total: int, now: str) -> None:
+        super().create(tenant_id, import_id, campaign_id, file_name, process, columns, total, now)
+        self._conn.execute("UPDATE lead_imports SET runner = ? WHERE import_id = ?", (application_name(), import_id))
+
+    def fail_running(self, reason: str, now: str) -> int:
+        self._conn.execute(
+            "UPDATE lead_imports SET state = 'failed', reason = ?, updated_at = ?, finished_at = ?"
+            " WHERE state = 'running' AND (runner IS NULL OR runner = ? OR runner NOT IN"
+            " (SELECT application_name FROM pg_stat_activity WHERE datname = current_database()))",
+            (reason, now, now, application_name()))
+        return self._conn.changes()

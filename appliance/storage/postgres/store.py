@@ -14,7 +14,6 @@ from appliance.storage.activity import Activity
 from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.files import Files
-from appliance.storage.imports import Imports
 from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.dump import dump
@@ -25,6 +24,7 @@ from appliance.storage.postgres.repositories import (
     PgCaps,
     PgCatalog,
     PgEndpoints,
+    PgImports,
     PgJobs,
     PgLeads,
     PgLedger,
@@ -64,7 +64,7 @@ class PgSession(Session):
         self.webhooks = Webhooks(conn)
         self.suppression = PgSuppression(conn)
         self.endpoints = PgEndpoints(conn)
-        self.imports = Imports(conn)
+        self.imports = PgImports(conn)
         self.console_sessions = ConsoleSessions(conn)
 
 
