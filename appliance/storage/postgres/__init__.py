@@ -1,7 +1,7 @@
 """The PostgreSQL backend (`[storage] backend = "postgresql"`, experimental): the same store,
 sessions and repositories as the SQLite one beside it.
 
-- engine.py: the connection pool, write units (serializable, run again on conflict), readers,
+- engine.py: the connection pool, write units (one at a time under the writer lock), readers,
   and the LISTEN/NOTIFY change signal.
 - connection.py: a psycopg connection shaped like apsw's, so the repositories' standard SQL runs
   on both engines.

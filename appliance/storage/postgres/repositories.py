@@ -179,8 +179,8 @@ class PgJobs(Jobs):
         # A process that claims runs the lease thread from its first try, claimed or not: it is
         # also what takes over the jobs of a process that died.
         self._leases.keep()
-        # SKIP LOCKED: another process claiming at the same moment takes the next jobs instead of
-        # waiting for these (or failing its serializable transaction over them).
+        # SKIP LOCKED: units already run one at a time under the writer lock, but a row locked by
+        # anything else (an operator's own transaction) is passed over rather than waited for.
         return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1,"
             " claimed_by = ?3, lease_until = clock_timestamp() + make_interval(secs => ?4)"

@@ -70,8 +70,8 @@ class PgSession(Session):
 
 class PgStore(Store):
     """The store on a PostgreSQL database (`[storage] backend = "postgresql"`). Units run each in
-    its own serializable transaction (engine.py); `may_refuse` needs nothing more here, since no
-    unit shares its transaction with another."""
+    its own transaction under the database's writer lock (engine.py); `may_refuse` needs nothing
+    more here, since no unit shares its transaction with another."""
 
     def __init__(self, database: PgDatabase, *, lease_seconds: float = LEASE_SECONDS) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
