@@ -45,15 +45,22 @@ def logging_as_it_was() -> Iterator[None]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+def backend_toml(request: pytest.FixtureRequest) -> str:
+    """The `[storage]` lines naming the test's backend, for a config a test writes itself: under
+    APPLIANCE_TEST_BACKEND=postgresql `backend` and a fresh database's `url`, else nothing (SQLite
+    in the data folder). One database per test: configs of one test share it."""
+    if TEST_BACKEND == "postgresql":
+        return f'backend = "postgresql"\nurl = "{request.getfixturevalue("postgres_url")}"\n'
+    return ""
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, backend_toml: str) -> Path:
     path = tmp_path / "appliance.toml"
     # Outbound providers point at a closed loopback port: a test must never reach a real host.
     closed = "http://127.0.0.1:9"
-    backend = ""
-    if TEST_BACKEND == "postgresql":
-        backend = f'backend = "postgresql"\nurl = "{request.getfixturevalue("postgres_url")}"\n'
     path.write_text(
-        f'[storage]\npath = "{tmp_path / "data"}"\n{backend}\n[security]\nrate_limit_per_minute = 0\n\n'
+        f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}\n[security]\nrate_limit_per_minute = 0\n\n'
         f'[sms.twilio]\nbase_url = "{closed}"\n[sms.telnyx]\nbase_url = "{closed}"\n'
         f'[pixels.social]\nbase_url = "{closed}"\n[pixels.video]\nbase_url = "{closed}"\n\n'
         f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n'  # last: tests append keys to it

@@ -74,6 +74,7 @@ def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, 
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
 
 
+@pytest.mark.sqlite_only  # SQLite's change-signal file; PostgreSQL signals with LISTEN/NOTIFY
 def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
     config_file = tmp_path / "nosignal.toml"
     config_file.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
@@ -144,9 +145,9 @@ def test_every_request_gets_a_distinct_request_id(client, tenant):
     assert len(ids) == 5
 
 
-def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path):
+def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path, backend_toml):
     config_file = tmp_path / "c.toml"
-    config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n[security]\nrate_limit_per_minute = 3\n')
+    config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n{backend_toml}[security]\nrate_limit_per_minute = 3\n')
     runtime = create_runtime(load_config(config_file))
     try:
         tenant_id = tenancy.create_tenant(runtime, "Limited")
@@ -219,13 +220,12 @@ def test_malformed_or_mistyped_bodies(client, tenant, body, content_type, status
     assert response.json()["error"]["code"] == code
 
 
-def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenant, monkeypatch, caplog):
-    from appliance.storage.catalog import Catalog
-
+def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, runtime, tenant, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("token=super-secret-value at /internal/path")
 
-    monkeypatch.setattr(Catalog, "list_campaigns", broken)
+    # the catalog class of the backend in use (PostgreSQL's subclasses SQLite's)
+    monkeypatch.setattr(type(runtime.store.reader().catalog), "list_campaigns", broken)
     # another page than any cached one, so the broken storage call is reached
     response = client.get("/api/v1/campaigns?page=7", headers=tenant.headers)
     assert response.status_code == 500
