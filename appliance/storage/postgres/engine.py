@@ -16,6 +16,7 @@ import logging
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -52,6 +53,7 @@ class ChangeListener:
         self._value = 0
         self._connected = False
         self._stop = threading.Event()
+        self._wake_channel = f"appliance_wake_{uuid.uuid4().hex}"  # this listener's alone: `close`
         self._thread = threading.Thread(target=self._listen, name="appliance-listen", daemon=True)
         self._thread.start()
 
@@ -65,18 +67,28 @@ class ChangeListener:
             try:
                 with psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
                     conn.execute(f"LISTEN {_CHANNEL}")
+                    conn.execute(f"LISTEN {self._wake_channel}")
                     self._connected = True
                     self._value += 1  # anything may have changed while it was not listening
                     while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
+                        for notify in conn.notifies(timeout=0.5):
+                            if notify.channel == self._wake_channel:
+                                break
                             self._value += 1
             except psycopg.Error:
                 pass
             self._connected = False
             self._stop.wait(1.0)
 
-    def close(self) -> None:
+    def close(self, wake: Callable[[str], object]) -> None:
+        """`wake(sql)` runs a statement on another connection: a NOTIFY on this listener's own
+        channel ends its wait now rather than at its timeout (every CLI command and test closes)."""
         self._stop.set()
+        if self._connected:
+            try:
+                wake(f"NOTIFY {self._wake_channel}")
+            except StorageError:
+                pass  # the database is gone: the wait ends at its timeout
         self._thread.join(timeout=5)
 
 
@@ -156,6 +168,9 @@ class PgDatabase:
         raw.commit()  # the pool hands out idle connections
 
     def close(self) -> None:
+        if self.changes is not None:  # first: it is woken through the pool
+            self.changes.close(lambda sql: self.write_sync(lambda conn: conn.execute(sql)))
+            self.changes = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -164,9 +179,6 @@ class PgDatabase:
                 conn.close()
             self._readers.clear()
         self._local = threading.local()
-        if self.changes is not None:
-            self.changes.close()
-            self.changes = None
         self.leader.close()
 
     def announce_admin_change(self) -> None:
