@@ -50,8 +50,8 @@ def buyer():
 
 
 @pytest.fixture
-def setup(tmp_path: Path, buyer: BuyerServer):
-    cli = Cli(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n"))
+def setup(tmp_path: Path, buyer: BuyerServer, backend_toml: str):
+    cli = Cli(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n", backend=backend_toml))
     cli("init")
     tenant_id = json.loads(cli("tenant", "create", "Creds", "--json").stdout)["tenantId"]
     url = buyer.url("/in").replace("http://", f"http://{USER}:{PASSWORD}@") + f"?list=7&api_key={API_KEY}"
