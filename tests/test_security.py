@@ -270,7 +270,7 @@ def test_auth_reads_the_key_only_through_its_hash(client, tenant, monkeypatch):
 
 # ---- secrets never leave: a whole flow at DEBUG against `appliance serve` ---------------------
 
-def test_no_key_token_or_ciphertext_in_responses_or_logs(tmp_path):
+def test_no_key_token_or_ciphertext_in_responses_or_logs(tmp_path, backend_toml):
     tag = pysecrets.token_hex(6)
     secrets = {
         "endpoint token": f"ep-token-{tag}-secret",
@@ -281,6 +281,11 @@ def test_no_key_token_or_ciphertext_in_responses_or_logs(tmp_path):
         "sms token": f"sms-token-{tag}-secret",
         "pixel token": f"pixel-token-{tag}-secret",
     }
+    # On PostgreSQL the URL carries a password too (the test cluster accepts any).
+    if backend_toml:
+        secrets["database password"] = f"db-pass-{tag}"
+        backend_toml = backend_toml.replace("://postgres@", f"://postgres:{secrets['database password']}@")
+        assert secrets["database password"] in backend_toml
     with BuyerServer() as buyer:
         def echo(received):  # a buyer that repeats every credential it was sent
             return Reply(status=400, body={"error": "rejected", "echo": received.headers,
@@ -294,7 +299,7 @@ def test_no_key_token_or_ciphertext_in_responses_or_logs(tmp_path):
             f'\n[server]\nhost = "127.0.0.1"\nport = {free_port()}\nlog_level = "debug"\n'
             f'\n[delivery]\nallow_private_addresses = true\n'
             f'\n[sms.twilio]\nbase_url = "{buyer.url("").rstrip("/")}"\n'
-            f'\n[pixels.social]\nbase_url = "{buyer.url("").rstrip("/")}"\n'))
+            f'\n[pixels.social]\nbase_url = "{buyer.url("").rstrip("/")}"\n'), backend=backend_toml)
         bundle = standard_bundle()
         bundle["deliveryEndpoints"] = [
             {"deliveryEndpointId": "A-ep", "url": buyer.url("/ok"),
@@ -434,8 +439,8 @@ def _up(base: str) -> bool:
 
 # ---- SSRF through the real worker -------------------------------------------------------------
 
-def test_private_destinations_are_refused_end_to_end(tmp_path):
-    runtime = create_runtime(load_config(write_config(tmp_path)))
+def test_private_destinations_are_refused_end_to_end(tmp_path, backend_toml):
+    runtime = create_runtime(load_config(write_config(tmp_path, backend=backend_toml)))
     try:
         with BuyerServer() as buyer:
             buyer.route("/in", status=200, body={"id": "B-1"})
@@ -476,8 +481,8 @@ def test_private_destinations_are_refused_end_to_end(tmp_path):
         runtime.close()
 
 
-def test_redirects_are_not_followed_end_to_end(tmp_path):
-    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
+def test_redirects_are_not_followed_end_to_end(tmp_path, backend_toml):
+    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n", backend=backend_toml)))
     try:
         with BuyerServer() as buyer:
             buyer.route("/moved", status=302, headers={"Location": buyer.url("/internal")})
