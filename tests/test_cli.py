@@ -205,17 +205,19 @@ def test_mistyped_config_value_names_the_key(tmp_path, cli):
     assert "server.port: expected int, got str" in cli("init", expect=1).stderr
 
 
-def test_config_from_environment_variable(tmp_path, monkeypatch):
+def test_config_from_environment_variable(tmp_path, monkeypatch, backend_toml):
     from click.testing import CliRunner
 
     from appliance.cli import main
 
     config_file = tmp_path / "env.toml"
-    config_file.write_text(f'[storage]\npath = "{tmp_path / "envdata"}"\n')
+    config_file.write_text(f'[storage]\npath = "{tmp_path / "envdata"}"\n{backend_toml}')
     monkeypatch.setenv("APPLIANCE_CONFIG", str(config_file))
     result = CliRunner().invoke(main, ["init"])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "envdata" / "appliance.db").exists()
+    assert (tmp_path / "envdata" / "master.key").exists()  # the install the variable's config names
+    if not backend_toml:
+        assert (tmp_path / "envdata" / "appliance.db").exists()
 
 
 def test_example_config_documents_every_key_with_its_default():
