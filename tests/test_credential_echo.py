@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
-import apsw
 import httpx
 import pytest
 
@@ -21,6 +20,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Received, Reply, wait_until
 from tests.conftest import make_tenant
+from tests.engine import stored_bytes
 from tests.servers import live_server, person
 
 BUYER_USER, BUYER_PASS = "buyer-user", "url-pass-7Hq2"
@@ -160,10 +160,7 @@ def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, ca
                 shown.append(answer.text)
             for lead_id in leads:
                 shown.append(http.get(f"/api/v1/leads/{lead_id}").text)
-        conn = apsw.Connection(str(runtime.config.database_file))
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
-        stored = runtime.config.database_file.read_bytes().decode("latin-1")
+        stored = stored_bytes(runtime.config).decode("latin-1")
     finally:
         runtime.close()
 
