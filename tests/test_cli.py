@@ -16,7 +16,7 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import open_runtime
 from tests.bundles import standard_bundle
-from tests.engine import engine
+from tests.engine import engine, stored_bytes
 
 
 def test_init_is_idempotent_and_creates_a_private_master_key(bare_cli, config):
@@ -120,16 +120,12 @@ def test_import_toml_error_path(cli, tmp_path):
     assert "campaigns[1].campaignId:" in result.stderr
 
 
-@pytest.mark.sqlite_only  # scans the database file
-def test_secrets_are_sealed_in_the_database_file(cli, tmp_path, config):
+def test_secrets_are_sealed_in_the_database(cli, tmp_path, config):
     tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
     bundle = tmp_path / "b.json"
     bundle.write_text(json.dumps(standard_bundle()))
     cli("import", "--tenant", tenant_id, str(bundle))
-    conn = apsw.Connection(str(config.database_file))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    raw = config.database_file.read_bytes()
+    raw = stored_bytes(config)
     for secret in (b"endpoint-secret-token-123", b"sms-secret-token-456", b"pixel-secret-token-789",
                    b"imported-source-key-A-0123456789"):
         assert secret not in raw
