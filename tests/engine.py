@@ -5,6 +5,8 @@ a test marked for that backend."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -51,3 +53,17 @@ def stored_bytes(config: Config) -> bytes:
     conn.close()
     return b"".join(path.read_bytes() for path in sorted(config.database_file.parent.glob(config.database_file.name + "*"))
                     if path.is_file())
+
+
+def seen(store: Any, check: Callable[[], bool]) -> bool:
+    """Whether a server on `store` sees a change another process committed and announced: on
+    SQLite it reads the signal file on every request, so `check` holds at once; on PostgreSQL the
+    NOTIFY reaches its listener thread asynchronously, so `check` holds within the promised second."""
+    if not hasattr(store, "postgres"):
+        return check()
+    deadline = time.monotonic() + 1.0
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True

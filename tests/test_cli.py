@@ -16,7 +16,7 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import open_runtime
 from tests.bundles import standard_bundle
-from tests.engine import engine, stored_bytes
+from tests.engine import engine, seen, stored_bytes
 
 
 def test_init_is_idempotent_and_creates_a_private_master_key(bare_cli, config):
@@ -250,7 +250,8 @@ def test_served_campaigns_after_cli_import(cli, tmp_path, config):
             assert client.get("/api/v1/campaigns", headers={"X-API-Key": key}).json()["data"]["campaigns"] == []
             # an import by another process (the CLI) is visible to the running service at once
             cli("import", "--tenant", tenant_id, str(bundle))
-            assert len(client.get("/api/v1/campaigns", headers={"X-API-Key": key}).json()["data"]["campaigns"]) == 2
+            assert seen(runtime.store, lambda: len(client.get(
+                "/api/v1/campaigns", headers={"X-API-Key": key}).json()["data"]["campaigns"]) == 2)
     finally:
         runtime.close()
 

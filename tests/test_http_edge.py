@@ -19,16 +19,9 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 from tests.buyer_server import wait_until
-from tests.engine import engine
+from tests.engine import engine, seen
 
 UNAUTHORIZED = {"success": False, "error": {"code": "UNAUTHORIZED", "message": "Authentication required"}}
-
-
-def seen(runtime, check) -> bool:
-    """A change another process committed and announced: on SQLite the server reads the signal
-    file on every request, so the next one sees it; on PostgreSQL the NOTIFY reaches the server's
-    listener thread asynchronously, so it is seen within the promised second."""
-    return wait_until(check, 1.0) if hasattr(runtime.store, "postgres") else check()
 
 
 def test_healthz_needs_no_key_and_has_request_id(client):
@@ -60,7 +53,7 @@ def test_key_revoked_by_the_cli_in_another_process_is_refused_at_once(client, ru
     done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config_file), "key", "revoke",
                            tenant.key_id], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert seen(runtime, lambda: client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401)
+    assert seen(runtime.store, lambda: client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401)
     response = client.get("/api/v1/campaigns", headers=tenant.headers)
     assert response.status_code == 401 and response.json() == UNAUTHORIZED
 
@@ -72,7 +65,7 @@ def test_source_key_created_by_the_cli_shows_at_once(client, runtime, cli, tenan
 
     assert prefix() == "import"
     made = cli.json("key", "create", "--tenant", tenant.tenant_id, "--source", "A-src")
-    assert seen(runtime, lambda: prefix() == made["prefix"])
+    assert seen(runtime.store, lambda: prefix() == made["prefix"])
 
 
 def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, runtime, tenant):
@@ -141,7 +134,7 @@ def test_config_imported_by_the_cli_is_served_at_once(client, runtime, cli, tmp_
         after = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
         return "NEW1" in [c["campaignId"] for c in after["campaigns"]]
 
-    assert seen(runtime, served)
+    assert seen(runtime.store, served)
 
 
 @pytest.mark.parametrize("path", ["/api/v1/campaigns", "/api/v1/questionnaires", "/api/v1/field-library",
