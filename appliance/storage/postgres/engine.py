@@ -12,11 +12,13 @@ commits alone, and concurrent commits share the server's WAL flushes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import random
+import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -53,7 +55,8 @@ class ChangeListener:
         self._value = 0
         self._connected = False
         self._stop = threading.Event()
-        self._wake_channel = f"appliance_wake_{uuid.uuid4().hex}"  # this listener's alone: `close`
+        self._conn: psycopg.Connection | None = None  # the listening connection, under _conn_lock
+        self._conn_lock = threading.Lock()
         self._thread = threading.Thread(target=self._listen, name="appliance-listen", daemon=True)
         self._thread.start()
 
@@ -65,30 +68,37 @@ class ChangeListener:
     def _listen(self) -> None:
         while not self._stop.is_set():
             try:
-                with psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT) as conn:
-                    conn.execute(f"LISTEN {_CHANNEL}")
-                    conn.execute(f"LISTEN {self._wake_channel}")
-                    self._connected = True
-                    self._value += 1  # anything may have changed while it was not listening
-                    while not self._stop.is_set():
-                        for notify in conn.notifies(timeout=0.5):
-                            if notify.channel == self._wake_channel:
-                                break
-                            self._value += 1
+                conn = psycopg.connect(self._url, autocommit=True, connect_timeout=_CONNECT_TIMEOUT)
+            except psycopg.Error:
+                self._stop.wait(1.0)
+                continue
+            with self._conn_lock:
+                self._conn = conn
+            try:
+                conn.execute(f"LISTEN {_CHANNEL}")
+                self._connected = True
+                self._value += 1  # anything may have changed while it was not listening
+                while not self._stop.is_set():
+                    for _ in conn.notifies(timeout=0.5):
+                        self._value += 1
             except psycopg.Error:
                 pass
             self._connected = False
+            with self._conn_lock:
+                self._conn = None
+                conn.close()
             self._stop.wait(1.0)
 
-    def close(self, wake: Callable[[str], object]) -> None:
-        """`wake(sql)` runs a statement on another connection: a NOTIFY on this listener's own
-        channel ends its wait now rather than at its timeout (every CLI command and test closes)."""
+    def close(self) -> None:
         self._stop.set()
-        if self._connected:
-            try:
-                wake(f"NOTIFY {self._wake_channel}")
-            except StorageError:
-                pass  # the database is gone: the wait ends at its timeout
+        # Every CLI command and test closes a store: rather than wait up to the poll's 0.5 s, end
+        # the wait for notifications now by shutting the socket down here (no round trip to a
+        # server that may be gone). The lock keeps the descriptor from being closed and reused.
+        with self._conn_lock:
+            if self._conn is not None:
+                with contextlib.suppress(OSError, psycopg.Error), \
+                        socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
 
@@ -168,8 +178,8 @@ class PgDatabase:
         raw.commit()  # the pool hands out idle connections
 
     def close(self) -> None:
-        if self.changes is not None:  # first: it is woken through the pool
-            self.changes.close(lambda sql: self.write_sync(lambda conn: conn.execute(sql)))
+        if self.changes is not None:
+            self.changes.close()
             self.changes = None
         if self._pool is not None:
             self._pool.close()
