@@ -3,11 +3,12 @@ and the real CLI. Nothing is mocked: tests go through the HTTP API, the CLI and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,15 +46,36 @@ def logging_as_it_was() -> Iterator[None]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+def backend_toml(request: pytest.FixtureRequest) -> str:
+    """The `[storage]` lines naming the test's backend, for a config a test writes itself: under
+    APPLIANCE_TEST_BACKEND=postgresql `backend` and a fresh database's `url`, else nothing (SQLite
+    in the data folder). One database per test: configs of one test share it."""
+    if TEST_BACKEND == "postgresql":
+        return f'backend = "postgresql"\nurl = "{request.getfixturevalue("postgres_url")}"\n'
+    return ""
+
+
+@pytest.fixture(scope="module")
+def module_backend_toml(request: pytest.FixtureRequest) -> Iterator[Callable[[], str]]:
+    """`backend_toml` for module-scoped servers: each call another fresh database (each server's
+    data folder has its own master key), dropped after the module."""
+    with contextlib.ExitStack() as databases:
+        def lines() -> str:
+            if TEST_BACKEND != "postgresql":
+                return ""
+            url = databases.enter_context(fresh_database(request.getfixturevalue("postgres_cluster")))
+            return f'backend = "postgresql"\nurl = "{url}"\n'
+
+        yield lines
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, backend_toml: str) -> Path:
     path = tmp_path / "appliance.toml"
     # Outbound providers point at a closed loopback port: a test must never reach a real host.
     closed = "http://127.0.0.1:9"
-    backend = ""
-    if TEST_BACKEND == "postgresql":
-        backend = f'backend = "postgresql"\nurl = "{request.getfixturevalue("postgres_url")}"\n'
     path.write_text(
-        f'[storage]\npath = "{tmp_path / "data"}"\n{backend}\n[security]\nrate_limit_per_minute = 0\n\n'
+        f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}\n[security]\nrate_limit_per_minute = 0\n\n'
         f'[sms.twilio]\nbase_url = "{closed}"\n[sms.telnyx]\nbase_url = "{closed}"\n'
         f'[pixels.social]\nbase_url = "{closed}"\n[pixels.video]\nbase_url = "{closed}"\n\n'
         f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n'  # last: tests append keys to it
@@ -178,10 +200,19 @@ def postgres_cluster() -> Iterator[Cluster]:
         cluster.stop()
 
 
+@contextlib.contextmanager
+def fresh_database(cluster: Cluster) -> Iterator[str]:
+    """A fresh, migrated database's URL, dropped on exit."""
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    cluster.admin(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
+    try:
+        yield cluster.url(name)
+    finally:
+        cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")
+
+
 @pytest.fixture
 def postgres_url(postgres_cluster: Cluster) -> Iterator[str]:
     """A fresh, migrated database of its own for the test."""
-    name = f"t_{uuid.uuid4().hex[:16]}"
-    postgres_cluster.admin(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE}")
-    yield postgres_cluster.url(name)
-    postgres_cluster.admin(f"DROP DATABASE {name} WITH (FORCE)")
+    with fresh_database(postgres_cluster) as url:
+        yield url

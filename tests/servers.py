@@ -41,9 +41,10 @@ def live_server(runtime: Runtime, *, background: bool = True, registry=None,
         assert not thread.is_alive(), "uvicorn did not stop within 15 s"
 
 
-def write_config(tmp_path: Path, *, rate_limit: int = 0, extra: str = "") -> Path:
+def write_config(tmp_path: Path, *, rate_limit: int = 0, extra: str = "", backend: str = "") -> Path:
+    """`backend`: the test's `[storage]` backend lines (fixtures `backend_toml`, `module_backend_toml`)."""
     path = tmp_path / "appliance.toml"
-    path.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n\n[security]\nrate_limit_per_minute = {rate_limit}\n\n'
+    path.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n{backend}\n[security]\nrate_limit_per_minute = {rate_limit}\n\n'
                     f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n{extra}')
     return path
 

@@ -63,10 +63,11 @@ def api(runtime: Runtime, clock: FakeClock) -> Iterator[TestClient]:
 
 
 @contextlib.contextmanager
-def configured(tmp_path: Path, extra_toml: str) -> Iterator[tuple[Runtime, TestClient, FakeClock]]:
-    """A runtime and app of their own, for tests that need other config values than conftest's."""
+def configured(tmp_path: Path, extra_toml: str, backend: str = "") -> Iterator[tuple[Runtime, TestClient, FakeClock]]:
+    """A runtime and app of their own, for tests that need other config values than conftest's
+    (`backend`: the test's `[storage]` backend lines, fixture `backend_toml`)."""
     config_file = tmp_path / "custom.toml"
-    config_file.write_text(f'[storage]\npath = "{tmp_path / "custom-data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
+    config_file.write_text(f'[storage]\npath = "{tmp_path / "custom-data"}"\n{backend}\n[security]\nrate_limit_per_minute = 0\n\n'
                            f'[plugins]\ndirs = ["{tmp_path / "plugins"}"]\n\n{extra_toml}\n')
     runtime = create_runtime(load_config(config_file))
     fake = FakeClock(START)

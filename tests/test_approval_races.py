@@ -24,10 +24,10 @@ HUMAN_REVIEW = {"enabled": True, "action": "human_review", "humanReview": {"reas
 
 
 @pytest.fixture
-def desk(tmp_path) -> Iterator[tuple[httpx.Client, BuyerServer]]:
+def desk(tmp_path, backend_toml) -> Iterator[tuple[httpx.Client, BuyerServer]]:
     """A served appliance with a held campaign (HR) delivering to a local buyer that answers after
     a short delay, so decisions land while deliveries are in flight."""
-    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n")))
+    runtime = create_runtime(load_config(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n", backend=backend_toml)))
     try:
         with BuyerServer() as buyer:
             buyer.route("/in", status=200, body={"id": "B-1"}, delay=0.15)

@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
-import apsw
 import httpx
 import pytest
 
@@ -21,6 +20,7 @@ from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Received, Reply, wait_until
 from tests.conftest import make_tenant
+from tests.engine import stored_bytes
 from tests.servers import live_server, person
 
 BUYER_USER, BUYER_PASS = "buyer-user", "url-pass-7Hq2"
@@ -100,13 +100,13 @@ def peer() -> Iterator[BuyerServer]:
         yield server
 
 
-def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, caplog):
+def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, caplog, backend_toml):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "echo_adapter.py").write_text(ECHO_PLUGIN)
     config_path = tmp_path / "appliance.toml"
     config_path.write_text(
-        f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+        f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}[security]\nrate_limit_per_minute = 0\n'
         f'[plugins]\ndirs = ["{plugins}"]\n[delivery]\nallow_private_addresses = true\n'
         f'[pixels.social]\nbase_url = "{peer.url("")}"\napi_version = "v99.0"\n'
         f'[pixels.video]\nbase_url = "{peer.url("")}"\n')
@@ -160,10 +160,7 @@ def test_echoed_credentials_never_come_out(tmp_path: Path, peer: BuyerServer, ca
                 shown.append(answer.text)
             for lead_id in leads:
                 shown.append(http.get(f"/api/v1/leads/{lead_id}").text)
-        conn = apsw.Connection(str(runtime.config.database_file))
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn.close()
-        stored = runtime.config.database_file.read_bytes().decode("latin-1")
+        stored = stored_bytes(runtime.config).decode("latin-1")
     finally:
         runtime.close()
 
@@ -202,14 +199,14 @@ def appliance_delivery_adapters(settings):
 '''
 
 
-def test_a_credential_cut_short_by_the_message_limit_is_masked_and_long_texts_are_quick(tmp_path, peer):
+def test_a_credential_cut_short_by_the_message_limit_is_masked_and_long_texts_are_quick(tmp_path, peer, backend_toml):
     token = "tok_live_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
     peer.route("/cut", Reply(status=401, body={"error": "x" * 470 + " key: " + token}))
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "long_adapter.py").write_text(LONG_PLUGIN)
     config_path = tmp_path / "appliance.toml"
-    config_path.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+    config_path.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}[security]\nrate_limit_per_minute = 0\n'
                            f'[plugins]\ndirs = ["{plugins}"]\n[delivery]\nallow_private_addresses = true\n')
     bundle = {
         "deliveryEndpoints": [

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import apsw
 import httpx
 import pytest
 from click.testing import CliRunner
@@ -19,6 +18,7 @@ from appliance.config import load_config
 from appliance.runtime import create_runtime
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, wait_until
+from tests.engine import stored_bytes
 from tests.servers import live_server, person, write_config
 
 USER, PASSWORD, API_KEY, TOKEN, MARKED, SIGNED = "bob", "pw-9Hk2", "key-3Jd8", "tok-5Lq1", "marked-2Pz7", "sig-4Vc6"
@@ -50,8 +50,8 @@ def buyer():
 
 
 @pytest.fixture
-def setup(tmp_path: Path, buyer: BuyerServer):
-    cli = Cli(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n"))
+def setup(tmp_path: Path, buyer: BuyerServer, backend_toml: str):
+    cli = Cli(write_config(tmp_path, extra="\n[delivery]\nallow_private_addresses = true\n", backend=backend_toml))
     cli("init")
     tenant_id = json.loads(cli("tenant", "create", "Creds", "--json").stdout)["tenantId"]
     url = buyer.url("/in").replace("http://", f"http://{USER}:{PASSWORD}@") + f"?list=7&api_key={API_KEY}"
@@ -64,11 +64,7 @@ def setup(tmp_path: Path, buyer: BuyerServer):
 
 
 def database_text(cli: Cli) -> str:
-    database = load_config(cli.config).database_file
-    conn = apsw.Connection(str(database))
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    return database.read_bytes().decode("latin-1")
+    return stored_bytes(load_config(cli.config)).decode("latin-1")
 
 
 def deliver_one(cli: Cli, tenant_id: str, buyer: BuyerServer, n: int):

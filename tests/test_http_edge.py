@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+from urllib.parse import urlsplit
 
 import msgspec
 import pytest
@@ -17,7 +18,8 @@ from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
-from tests.engine import engine
+from tests.buyer_server import wait_until
+from tests.engine import engine, seen
 
 UNAUTHORIZED = {"success": False, "error": {"code": "UNAUTHORIZED", "message": "Authentication required"}}
 
@@ -44,25 +46,26 @@ def test_revoked_key_is_refused_at_once(client, runtime, tenant):
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
 
 
-def test_key_revoked_by_the_cli_in_another_process_is_refused_at_once(client, config_file, tenant):
+def test_key_revoked_by_the_cli_in_another_process_is_refused_at_once(client, runtime, config_file, tenant):
     # The server caches keys it has seen; the CLI is another process with its own connection.
     for _ in range(3):
         assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
     done = subprocess.run([sys.executable, "-m", "appliance", "--config", str(config_file), "key", "revoke",
                            tenant.key_id], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+    assert seen(runtime.store, lambda: client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401)
     response = client.get("/api/v1/campaigns", headers=tenant.headers)
     assert response.status_code == 401 and response.json() == UNAUTHORIZED
 
 
-def test_source_key_created_by_the_cli_shows_at_once(client, cli, tenant):
+def test_source_key_created_by_the_cli_shows_at_once(client, runtime, cli, tenant):
     def prefix() -> str:
         campaigns = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]["campaigns"]
         return campaigns[0]["ingestion"]["sources"][0]["keyPrefix"]
 
     assert prefix() == "import"
     made = cli.json("key", "create", "--tenant", tenant.tenant_id, "--source", "A-src")
-    assert prefix() == made["prefix"]
+    assert seen(runtime.store, lambda: prefix() == made["prefix"])
 
 
 def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, runtime, tenant):
@@ -74,6 +77,7 @@ def test_key_change_that_could_not_be_signalled_is_seen_within_a_second(client, 
     assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401
 
 
+@pytest.mark.sqlite_only  # SQLite's change-signal file; PostgreSQL signals with LISTEN/NOTIFY
 def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
     config_file = tmp_path / "nosignal.toml"
     config_file.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
@@ -100,14 +104,37 @@ def test_without_a_signal_file_keys_are_read_every_time(tmp_path):
         runtime.close()
 
 
-def test_config_imported_by_the_cli_is_served_at_once(client, cli, tmp_path, tenant):
+def test_while_the_change_listener_is_cut_off_keys_are_read_every_time(client, runtime, tenant, request):
+    """PostgreSQL's counterpart of the test above: no LISTEN connection, no cached key."""
+    if not hasattr(runtime.store, "postgres"):
+        pytest.skip("PostgreSQL's change listener (SQLite: the signal-file test above)")
+    cluster = request.getfixturevalue("postgres_cluster")
+    database = urlsplit(runtime.config.database_url).path.lstrip("/")
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
+    # Connections already open stay; the listener's is ended and may not come back.
+    cluster.admin(f"ALTER DATABASE {database} ALLOW_CONNECTIONS false")
+    cluster.admin(f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}' "
+                  "AND query LIKE 'LISTEN%'")
+    changes = runtime.store.changes
+    assert wait_until(lambda: changes.value() != changes.value(), 10)  # moves on every read: cut off
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
+    engine(runtime.store).write_sync(lambda conn: conn.execute("UPDATE api_keys SET revoked_at = '2026-01-01T00:00:00.000Z'"
+                                                              " WHERE key_id = ?", (tenant.key_id,)))
+    assert client.get("/api/v1/campaigns", headers=tenant.headers).status_code == 401  # not announced, seen
+
+
+def test_config_imported_by_the_cli_is_served_at_once(client, runtime, cli, tmp_path, tenant):
     before = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
     assert "NEW1" not in [c["campaignId"] for c in before["campaigns"]]
     bundle = tmp_path / "more.json"
     bundle.write_text(json.dumps({"campaigns": [{"campaignId": "NEW1", "name": "Imported while serving"}]}))
     cli("import", "--tenant", tenant.tenant_id, str(bundle))
-    after = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
-    assert "NEW1" in [c["campaignId"] for c in after["campaigns"]]
+
+    def served() -> bool:
+        after = client.get("/api/v1/campaigns", headers=tenant.headers).json()["data"]
+        return "NEW1" in [c["campaignId"] for c in after["campaigns"]]
+
+    assert seen(runtime.store, served)
 
 
 @pytest.mark.parametrize("path", ["/api/v1/campaigns", "/api/v1/questionnaires", "/api/v1/field-library",
@@ -144,9 +171,9 @@ def test_every_request_gets_a_distinct_request_id(client, tenant):
     assert len(ids) == 5
 
 
-def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path):
+def test_rate_limit_per_key_answers_429_with_retry_after(tmp_path, backend_toml):
     config_file = tmp_path / "c.toml"
-    config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n[security]\nrate_limit_per_minute = 3\n')
+    config_file.write_text(f'[storage]\npath = "{tmp_path}/d"\n{backend_toml}[security]\nrate_limit_per_minute = 3\n')
     runtime = create_runtime(load_config(config_file))
     try:
         tenant_id = tenancy.create_tenant(runtime, "Limited")
@@ -219,13 +246,12 @@ def test_malformed_or_mistyped_bodies(client, tenant, body, content_type, status
     assert response.json()["error"]["code"] == code
 
 
-def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, tenant, monkeypatch, caplog):
-    from appliance.storage.catalog import Catalog
-
+def test_unexpected_exception_is_a_generic_500_with_the_request_id(client, runtime, tenant, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("token=super-secret-value at /internal/path")
 
-    monkeypatch.setattr(Catalog, "list_campaigns", broken)
+    # the catalog class of the backend in use (PostgreSQL's subclasses SQLite's)
+    monkeypatch.setattr(type(runtime.store.reader().catalog), "list_campaigns", broken)
     # another page than any cached one, so the broken storage call is reached
     response = client.get("/api/v1/campaigns?page=7", headers=tenant.headers)
     assert response.status_code == 500

@@ -25,9 +25,9 @@ SUBMIT = "/api/v1/leads/submit"
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Iterator[tuple[str, Runtime, object]]:
+def served(tmp_path_factory, module_backend_toml) -> Iterator[tuple[str, Runtime, object]]:
     tmp = tmp_path_factory.mktemp("limits")
-    runtime = create_runtime(load_config(write_config(tmp, rate_limit=0)))
+    runtime = create_runtime(load_config(write_config(tmp, rate_limit=0, backend=module_backend_toml())))
     tenant = make_tenant(runtime, "Limits", standard_bundle())
     try:
         with live_server(runtime, background=False) as base:
@@ -82,8 +82,8 @@ def _post_raw(base: str, path: str, headers: dict[str, str], chunks, *, chunked:
 
 # ---- rate limit ---------------------------------------------------------------------------------
 
-def test_rate_limit_is_per_key_with_retry_after_on_a_real_server(tmp_path):
-    runtime = create_runtime(load_config(write_config(tmp_path, rate_limit=5)))
+def test_rate_limit_is_per_key_with_retry_after_on_a_real_server(tmp_path, backend_toml):
+    runtime = create_runtime(load_config(write_config(tmp_path, rate_limit=5, backend=backend_toml)))
     try:
         tenant_id = tenancy.create_tenant(runtime, "Limited")
         first = tenancy.create_key(runtime, tenant_id).key

@@ -38,6 +38,7 @@ PLUGIN_TOKEN = "plugin-secret-token-5Gh2"
 HEADER_TOKEN = "buyer-header-token-8Jk4"
 BUNDLE_SECRETS = (PLUGIN_TOKEN, HEADER_TOKEN, "endpoint-secret-token-123", "sms-secret-token-456",
                   "pixel-secret-token-789", "imported-source-key-A-0123456789")
+DATABASE_PASSWORD = "database-password-3Qz7"
 
 
 def cli(config: Path, *args: str) -> dict:
@@ -47,13 +48,16 @@ def cli(config: Path, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_a_served_run_logs_json_lines_with_ids_and_no_secrets(tmp_path):
+def test_a_served_run_logs_json_lines_with_ids_and_no_secrets(tmp_path, backend_toml):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "raising.py").write_text(RAISING_PLUGIN)
     port = free_port()
+    # On PostgreSQL the URL carries a password (the test cluster accepts any): it is never logged.
+    storage = backend_toml.replace("://postgres@", f"://postgres:{DATABASE_PASSWORD}@")
+    assert DATABASE_PASSWORD in storage or not backend_toml
     config = tmp_path / "appliance.toml"
-    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n[server]\nport = {port}\n'
+    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n{storage}[server]\nport = {port}\n'
                       f'[logging]\nformat = "json"\nlevel = "debug"\n[delivery]\nallow_private_addresses = true\n'
                       f'[plugins]\ndirs = ["{plugins}"]\n')
     subprocess.run([sys.executable, "-m", "appliance", "--config", str(config), "init"], check=True,
@@ -119,7 +123,7 @@ def test_a_served_run_logs_json_lines_with_ids_and_no_secrets(tmp_path):
     error = boom["submissions"][-1]["journeyEvents"][-1]["error"]
     assert error["code"] == "adapter_exception" and error["message"] == "RuntimeError: kaboom with ***"
     assert "raising.py" in error["stack"]
-    for secret in BUNDLE_SECRETS:
+    for secret in (*BUNDLE_SECRETS, DATABASE_PASSWORD):
         assert secret not in text, secret
 
 

@@ -18,9 +18,9 @@ from tests.conftest import make_tenant
 from tests.servers import live_server, person, write_config
 
 
-def test_metrics_count_submits_deliveries_queue_and_latency(tmp_path):
+def test_metrics_count_submits_deliveries_queue_and_latency(tmp_path, backend_toml):
     runtime = create_runtime(load_config(write_config(tmp_path, extra='\n[delivery]\nallow_private_addresses = true\n'
-                                                                     '\n[metrics]\ntoken = "scrape-token-1234"\n')))
+                                                                     '\n[metrics]\ntoken = "scrape-token-1234"\n', backend=backend_toml)))
     try:
         with BuyerServer() as buyer:
             buyer.route("/in", status=200, body={"id": "B-1"})
@@ -55,14 +55,14 @@ def test_metrics_count_submits_deliveries_queue_and_latency(tmp_path):
     assert not [k for k in found if k[0] == "appliance_queue_depth"]  # nothing waits now
 
 
-def test_queue_depth_shows_waiting_jobs_and_disabled_metrics_are_a_404(client, tenant, tmp_path):
+def test_queue_depth_shows_waiting_jobs_and_disabled_metrics_are_a_404(client, tenant, tmp_path, module_backend_toml):
     for n in range(2):  # no background loops here: the delivery jobs stay queued
         assert client.post("/api/v1/leads/submit", json={"campaignId": "AC01", **person(n)},
                            headers=tenant.headers).status_code == 201
     found = samples(client.get("/metrics").text)
     assert found[("appliance_queue_depth", (("kind", "deliver"), ("state", "ready")))] == 2
     (tmp_path / "off").mkdir()
-    off = create_runtime(load_config(write_config(tmp_path / "off", extra="\n[metrics]\nenabled = false\n")))
+    off = create_runtime(load_config(write_config(tmp_path / "off", extra="\n[metrics]\nenabled = false\n", backend=module_backend_toml())))
     try:
         with TestClient(create_app(off, background=False)) as off_client:
             answer = off_client.get("/metrics")

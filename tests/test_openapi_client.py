@@ -31,9 +31,9 @@ SKIP_MARKERS = ("warning", "unable to", "will not be generated", "omitted", "rem
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[tuple[str, Tenant]]:
+def server(tmp_path_factory, module_backend_toml) -> Iterator[tuple[str, Tenant]]:
     tmp = tmp_path_factory.mktemp("client-server")
-    runtime = create_runtime(load_config(write_config(tmp, rate_limit=0)))
+    runtime = create_runtime(load_config(write_config(tmp, rate_limit=0, backend=module_backend_toml())))
     tenant = make_tenant(runtime, "Client", standard_bundle())
     try:
         with live_server(runtime, background=False) as base:

@@ -35,10 +35,10 @@ def fake() -> Iterator[BuyerServer]:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, fake: BuyerServer) -> Path:
+def config_file(tmp_path: Path, fake: BuyerServer, backend_toml: str) -> Path:
     path = tmp_path / "appliance.toml"
     path.write_text(
-        f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+        f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}[security]\nrate_limit_per_minute = 0\n'
         f'[plugins]\ndirs = []\n[plugins.meta_capi]\ntimeout_seconds = 1.5\n'
         f'[plugins.tiktok_events]\ntimeout_seconds = 1.5\n'
         f'[pixels.social]\nbase_url = "{fake.url("")}"\napi_version = "v99.0"\n'

@@ -190,11 +190,11 @@ def providers():
 
 
 @pytest.fixture(scope="module")
-def seeded(tmp_path_factory, providers):
+def seeded(tmp_path_factory, providers, module_backend_toml):
     tmp = tmp_path_factory.mktemp("schemathesis")
     base_url = providers.url("").rstrip("/")
     extra = f'\n[sms.twilio]\nbase_url = "{base_url}"\n\n[pixels.social]\nbase_url = "{base_url}"\n'
-    runtime = create_runtime(load_config(write_config(tmp, extra=extra)))
+    runtime = create_runtime(load_config(write_config(tmp, extra=extra, backend=module_backend_toml())))
     bundle = standard_bundle()
     bundle["campaigns"].append(campaign("AC04", "Held for review",
                                         firstIntakeAction={"enabled": True, "action": "human_review"}))

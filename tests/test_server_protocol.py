@@ -56,10 +56,10 @@ def protocol_server(app, header_timeout: float = TIMEOUT, cap: int = CAP, lifesp
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, module_backend_toml):
     """The real app: (port, tenant)."""
     tmp = tmp_path_factory.mktemp("protocol")
-    runtime = create_runtime(load_config(write_config(tmp)))
+    runtime = create_runtime(load_config(write_config(tmp, backend=module_backend_toml())))
     try:
         tenant = make_tenant(runtime, "Protocol", standard_bundle())
         with protocol_server(create_app(runtime, background=False)) as port:
@@ -230,11 +230,11 @@ def test_slow_body_is_not_cut_by_the_header_timeout(served):
 
 
 @pytest.fixture(scope="module")
-def capped(tmp_path_factory):
+def capped(tmp_path_factory, module_backend_toml):
     """The real app with a header timeout far beyond the test: whatever closes a connection early
     is the cap."""
     tmp = tmp_path_factory.mktemp("capped")
-    runtime = create_runtime(load_config(write_config(tmp)))
+    runtime = create_runtime(load_config(write_config(tmp, backend=module_backend_toml())))
     try:
         with protocol_server(create_app(runtime, background=False), header_timeout=60) as port:
             yield port
@@ -320,9 +320,9 @@ def test_serve_refuses_a_bad_server_limit(tmp_path, cli, line, message):
     assert message in cli("serve", expect=1).stderr
 
 
-def test_serve_applies_the_header_timeout_from_the_config(tmp_path):
+def test_serve_applies_the_header_timeout_from_the_config(tmp_path, backend_toml):
     config = write_config(tmp_path, extra='\n[server]\nlog_level = "warning"\nheader_timeout_seconds = 1\n'
-                                          'max_incomplete_requests = 2\n')
+                                          'max_incomplete_requests = 2\n', backend=backend_toml)
     Cli(config)("init")
     port = free_port()
     log = tmp_path / "serve.log"

@@ -45,17 +45,17 @@ def fake() -> Iterator[BuyerServer]:
         yield server
 
 
-def config_text(tmp_path: Path, base: str, extra: str = "") -> str:
-    return (f'[storage]\npath = "{tmp_path / "data"}"\n[security]\nrate_limit_per_minute = 0\n'
+def config_text(tmp_path: Path, base: str, extra: str = "", backend: str = "") -> str:
+    return (f'[storage]\npath = "{tmp_path / "data"}"\n{backend}[security]\nrate_limit_per_minute = 0\n'
             f'[plugins]\ndirs = []\n[plugins.twilio]\ntimeout_seconds = 1.5\n[plugins.telnyx]\ntimeout_seconds = 1.5\n'
             f'[sms.twilio]\nbase_url = "{base}"\naccount_sid = "ACINSTALL"\nauth_token = "install-token-000"\n'
             f'[sms.telnyx]\nbase_url = "{base}"\napi_key = "install-telnyx-key"\n{extra}')
 
 
 @pytest.fixture
-def config_file(tmp_path: Path, fake: BuyerServer) -> Path:
+def config_file(tmp_path: Path, fake: BuyerServer, backend_toml: str) -> Path:
     path = tmp_path / "appliance.toml"
-    path.write_text(config_text(tmp_path, fake.url("")))
+    path.write_text(config_text(tmp_path, fake.url(""), backend=backend_toml))
     return path
 
 
@@ -272,9 +272,9 @@ def test_builtin_default_provider(client, runtime, fake):
     assert request.headers["authorization"] == basic("ACINSTALL", "install-token-000")
 
 
-def test_builtin_default_provider_from_config(tmp_path, fake):
+def test_builtin_default_provider_from_config(tmp_path, fake, backend_toml):
     path = tmp_path / "telnyx.toml"
-    path.write_text(config_text(tmp_path, fake.url(""), '[sms]\ndefault_provider = "telnyx"\n'))
+    path.write_text(config_text(tmp_path, fake.url(""), '[sms]\ndefault_provider = "telnyx"\n', backend_toml))
     runtime = create_runtime(load_config(path))
     try:
         bundle = {"sms": {"numbers": [{"number": "+14155550104"}]}, "campaigns": [campaign("BL1", "Builtin")]}
@@ -347,7 +347,7 @@ def test_provider_echoing_a_secret_is_masked(client, tenant, fake, runtime):
     assert status == "failed" and reason.endswith("bad token *** (code 20003)")
 
 
-def test_tenant_base_url_unreachable_and_guarded(tmp_path, fake):
+def test_tenant_base_url_unreachable_and_guarded(tmp_path, fake, module_backend_toml):
     bundle = {"sms": {"providers": [{"providerId": "tx", "type": "telnyx", "apiKey": "tenant-telnyx-key-1",
                                      "baseUrl": f"http://127.0.0.1:{free_port()}"}],
                       "numbers": [{"number": "+14155550104"}], "defaultProviderId": "tx"},
@@ -359,7 +359,8 @@ def test_tenant_base_url_unreachable_and_guarded(tmp_path, fake):
         folder.mkdir()
         path = folder / "appliance.toml"
         path.write_text(config_text(folder, fake.url(""),
-                                    f"[delivery]\nallow_private_addresses = {str(allow).lower()}\n"))
+                                    f"[delivery]\nallow_private_addresses = {str(allow).lower()}\n",
+                                    module_backend_toml()))
         runtime: Runtime = create_runtime(load_config(path))
         try:
             tenant = make_tenant(runtime, "Unreachable", bundle)

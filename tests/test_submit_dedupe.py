@@ -177,8 +177,8 @@ def test_duplicates_are_counted_against_routed_leads_by_intake_campaign(api, run
     assert accepted(api, tenant, same_contact(original))["status"] == "duplicate"
 
 
-def test_tenant_default_window_comes_from_config(tmp_path):
-    with configured(tmp_path, "[defaults]\ndedupe_window_days = 3") as (runtime, client, clock):
+def test_tenant_default_window_comes_from_config(tmp_path, backend_toml):
+    with configured(tmp_path, "[defaults]\ndedupe_window_days = 3", backend_toml) as (runtime, client, clock):
         tenant = tenant_with(runtime)
         original = person()
         accepted(client, tenant, original)
@@ -192,8 +192,8 @@ def test_tenant_default_window_comes_from_config(tmp_path):
         assert accepted(client, overridden, same_contact(original))["status"] == "duplicate"
 
 
-def test_tenant_default_window_zero_turns_default_dedupe_off(tmp_path):
-    with configured(tmp_path, "[defaults]\ndedupe_window_days = 0") as (runtime, client, _clock):
+def test_tenant_default_window_zero_turns_default_dedupe_off(tmp_path, backend_toml):
+    with configured(tmp_path, "[defaults]\ndedupe_window_days = 0", backend_toml) as (runtime, client, _clock):
         tenant = setup_tenant(runtime, plain("SC1"), plain("SC2", qualification=override()))
         original = person()
         accepted(client, tenant, original)

@@ -60,8 +60,8 @@ def test_phone_kept_as_sent_plus_e164(api, runtime, tenant, phone, country, e164
     assert lead["country"] == country
 
 
-def test_default_region_comes_from_config(tmp_path):
-    with configured(tmp_path, '[defaults]\nregion = "GB"') as (runtime, client, _clock):
+def test_default_region_comes_from_config(tmp_path, backend_toml):
+    with configured(tmp_path, '[defaults]\nregion = "GB"', backend_toml) as (runtime, client, _clock):
         tenant = setup_tenant(runtime, plain("SC1"))
         data = accepted(client, tenant, person(phone="020 7946 0958"))
         lead = read_lead(client, runtime, tenant, data["leadId"])

@@ -18,11 +18,11 @@ from tests.submit_support import SUBMIT, lead_count, person, table_count
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory) -> Iterator[tuple]:
+def env(tmp_path_factory, module_backend_toml) -> Iterator[tuple]:
     """One data folder for the module: nothing below may store anything, so it stays empty."""
     tmp: Path = tmp_path_factory.mktemp("submit-validation")
     config_file = tmp / "appliance.toml"
-    config_file.write_text(f'[storage]\npath = "{tmp / "data"}"\n\n[security]\nrate_limit_per_minute = 0\n\n'
+    config_file.write_text(f'[storage]\npath = "{tmp / "data"}"\n{module_backend_toml()}\n[security]\nrate_limit_per_minute = 0\n\n'
                            f'[plugins]\ndirs = ["{tmp / "plugins"}"]\n')
     runtime = create_runtime(load_config(config_file))
     tenant = make_tenant(runtime, "Validation", standard_bundle())

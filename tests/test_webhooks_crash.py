@@ -35,9 +35,9 @@ def start(config: Path, log: Path) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
-def test_no_event_is_lost_to_a_kill_between_commit_and_send(tmp_path):
+def test_no_event_is_lost_to_a_kill_between_commit_and_send(tmp_path, backend_toml):
     config = tmp_path / "appliance.toml"
-    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\nsynchronous = "FULL"\n\n'
+    config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\nsynchronous = "FULL"\n{backend_toml}\n'
                       '[security]\nrate_limit_per_minute = 0\n\n'
                       '[delivery]\nallow_private_addresses = true\nconcurrency = 0\n\n[plugins]\ndirs = []\n')
     cli = Cli(config)

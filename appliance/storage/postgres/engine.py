@@ -16,6 +16,7 @@ group commit here: each unit commits alone, so a commit's WAL flush is paid per 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import random
@@ -75,6 +76,8 @@ class ChangeListener:
         self._value = 0
         self._connected = False
         self._stop = threading.Event()
+        self._conn: psycopg.Connection | None = None  # the listening connection, under _conn_lock
+        self._conn_lock = threading.Lock()
         self._thread = threading.Thread(target=self._listen, name="appliance-listen", daemon=True)
         self._thread.start()
 
@@ -86,20 +89,37 @@ class ChangeListener:
     def _listen(self) -> None:
         while not self._stop.is_set():
             try:
-                with connect(self._url, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {_CHANNEL}")
-                    self._connected = True
-                    self._value += 1  # anything may have changed while it was not listening
-                    while not self._stop.is_set():
-                        for _ in conn.notifies(timeout=0.5):
-                            self._value += 1
+                conn = connect(self._url, autocommit=True)
+            except psycopg.Error:
+                self._stop.wait(1.0)
+                continue
+            with self._conn_lock:
+                self._conn = conn
+            try:
+                conn.execute(f"LISTEN {_CHANNEL}")
+                self._connected = True
+                self._value += 1  # anything may have changed while it was not listening
+                while not self._stop.is_set():
+                    for _ in conn.notifies(timeout=0.5):
+                        self._value += 1
             except psycopg.Error:
                 pass
             self._connected = False
+            with self._conn_lock:
+                self._conn = None
+                conn.close()
             self._stop.wait(1.0)
 
     def close(self) -> None:
         self._stop.set()
+        # Every CLI command and test closes a store: rather than wait up to the poll's 0.5 s, end
+        # the wait for notifications now by shutting the socket down here (no round trip to a
+        # server that may be gone). The lock keeps the descriptor from being closed and reused.
+        with self._conn_lock:
+            if self._conn is not None:
+                with contextlib.suppress(OSError, psycopg.Error), \
+                        socket.socket(fileno=os.dup(self._conn.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
         self._thread.join(timeout=5)
 
 
@@ -187,6 +207,9 @@ class PgDatabase:
         raw.commit()  # the pool hands out idle connections
 
     def close(self) -> None:
+        if self.changes is not None:
+            self.changes.close()
+            self.changes = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
@@ -195,9 +218,6 @@ class PgDatabase:
                 conn.close()
             self._readers.clear()
         self._local = threading.local()
-        if self.changes is not None:
-            self.changes.close()
-            self.changes = None
         self.leader.close()
 
     def announce_admin_change(self) -> None:
