@@ -18,6 +18,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from litestar.testing import TestClient
 
 from appliance.app import create_app
@@ -27,6 +28,9 @@ from tests.bundles import standard_bundle
 from tests.buyer_server import wait_until
 from tests.processes import free_port, stop_process
 from tests.servers import person, write_config
+
+# SQLite's file backup: PostgreSQL's pg_dump backup is tested in test_postgresql_operations.py.
+pytestmark = pytest.mark.sqlite_only
 
 SUBMIT = "/api/v1/leads/submit"
 CLIENTS = 6

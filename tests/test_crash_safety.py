@@ -36,9 +36,13 @@ from pathlib import Path
 
 import apsw
 import httpx
+import pytest
 
 from tests.conftest import Cli
 from tests.processes import free_port, stop_process
+
+# SQLite's crash test: PostgreSQL's, with one and two servers, is in test_postgresql_processes.py.
+pytestmark = pytest.mark.sqlite_only
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 24

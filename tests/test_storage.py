@@ -13,6 +13,9 @@ import pytest
 from appliance.storage.db import Database, StorageError
 from appliance.storage.migrations import MIGRATIONS, apply
 
+# SQLite's engine (WAL, group commit, the file): PostgreSQL's is tested in test_storage_postgresql.py.
+pytestmark = pytest.mark.sqlite_only
+
 
 def test_database_runs_in_wal_with_full_sync(runtime, config):
     conn = apsw.Connection(str(config.database_file))
