@@ -17,8 +17,9 @@ unit one SERIALIZABLE transaction, retried on a serialization failure or deadloc
 
 All three: a pool of 8 connections, `--concurrency` units in flight (1: one after another, the
 driver's own cost; 8: the pool full, where units collide on the rollup's hot rows). Reports
-units/s, this process's CPU per unit (the driver's side), PostgreSQL's CPU per unit and the
-retries. asyncpg is not a dependency of the appliance: `pip install asyncpg` to run this."""
+units/s, this process's CPU per unit (the driver's side), PostgreSQL's CPU per unit, the retries,
+and the units given up after 30 runs (the store fails those). asyncpg is not a dependency of the
+appliance: `pip install asyncpg` to run this."""
 
 from __future__ import annotations
 
@@ -41,7 +42,13 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.runtime import create_runtime
 from appliance.services import tenancy
-from appliance.storage.postgres.connection import PgConnection, _values, configure, translate
+from appliance.storage.db import StorageError
+from appliance.storage.postgres.connection import (
+    PgConnection,
+    _values,
+    configure,
+    translate,
+)
 from appliance.storage.postgres.engine import PgDatabase
 from bench.postgres import BenchCluster
 from bench.submit import bundle
@@ -86,13 +93,12 @@ def record(cluster: BenchCluster, work: Path, leads: int) -> list[Unit]:
         database: PgDatabase = runtime.store.postgres
 
         def recording(fn):
-            with database._pool.connection() as raw:
-                with raw.transaction():
-                    conn = _Recorder(raw)
-                    result = fn(conn)
-                    if any(sql.lstrip().upper().startswith("INSERT INTO LEADS") for sql, _ in conn.statements):
-                        units.append(conn.statements)
-                    raise psycopg.Rollback()  # each unit sees the template's state, as on replay
+            with database._pool.connection() as raw, raw.transaction():
+                conn = _Recorder(raw)
+                result = fn(conn)
+                if any(sql.lstrip().upper().startswith("INSERT INTO LEADS") for sql, _ in conn.statements):
+                    units.append(conn.statements)
+                raise psycopg.Rollback()  # each unit sees the template's state, as on replay
             return result
 
         database.write_sync = recording
@@ -132,6 +138,7 @@ def for_psycopg(sql: str, params: tuple) -> tuple[str, tuple]:
 class Stats:
     def __init__(self) -> None:
         self.retries = 0
+        self.gave_up = 0  # units still conflicting after MAX_RUNS runs (the store answers those with an error)
 
 
 async def _run(units: list, concurrency: int, one) -> None:
@@ -162,6 +169,8 @@ async def replay_built(url: str, units: list[Unit], concurrency: int, stats: Sta
                 return fn(conn)
             try:
                 return real(unit)
+            except StorageError:
+                stats.gave_up += 1
             finally:
                 stats.retries += runs - 1
 
@@ -194,7 +203,7 @@ async def replay_psycopg_async(url: str, units: list[Unit], concurrency: int, st
                 except (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected):
                     stats.retries += 1
                     await asyncio.sleep(_backoff(run))
-            raise RuntimeError("still conflicting")
+            stats.gave_up += 1
 
         await _run(prepared, concurrency, one)
 
@@ -215,7 +224,7 @@ async def replay_asyncpg(url: str, units: list[Unit], concurrency: int, stats: S
                 except (asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError):
                     stats.retries += 1
                     await asyncio.sleep(_backoff(run))
-            raise RuntimeError("still conflicting")
+            stats.gave_up += 1
 
         await _run(prepared, concurrency, one)
     finally:
@@ -238,7 +247,8 @@ def measure(cluster: BenchCluster, name: str, units: list[Unit], concurrency: in
     n = len(units)
     return {"variant": name, "concurrency": concurrency, "units": n, "units_per_s": round(n / (t1 - t0), 1),
             "client_cpu_us_per_unit": round(1e6 * (cpu1 - cpu0) / n, 1),
-            "postgres_cpu_us_per_unit": round(1e6 * (pg1 - pg0) / n, 1), "retries": stats.retries}
+            "postgres_cpu_us_per_unit": round(1e6 * (pg1 - pg0) / n, 1), "retries": stats.retries,
+            "gave_up": stats.gave_up}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,7 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         cluster.start(args.fsync == "on")
         units = record(cluster, work, args.leads)
         statements = sum(len(u) for u in units) / len(units)
-        print(f"recorded {len(units)} submit units, {statements:.1f} statements each")
+        print(f"recorded {len(units)} submit units, {statements:.1f} statements each:")
+        for sql, _ in units[0]:
+            print("   ", " ".join(sql.split())[:100])
         tags = itertools.count()
         for round_no in range(1, args.rounds + 1):
             for concurrency in (int(c) for c in args.concurrency.split(",")):
@@ -274,17 +286,18 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append(r)
                     print(f"round {round_no} concurrency {concurrency:>2} {name:18} {r['units_per_s']:>8,.0f} units/s "
                           f"{r['client_cpu_us_per_unit']:>7.0f} us client CPU {r['postgres_cpu_us_per_unit']:>7.0f} us "
-                          f"PostgreSQL CPU per unit, {r['retries']} retries")
+                          f"PostgreSQL CPU per unit, {r['retries']} retries, {r['gave_up']} given up")
     finally:
         cluster.stop()
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\n{'concurrency':>11} {'variant':18} {'units/s':>13} {'client us/unit':>15} {'pg us/unit':>11} {'retries':>9}")
+    print(f"\n{'concurrency':>11} {'variant':18} {'units/s':>13} {'client us/unit':>15} {'pg us/unit':>11} {'retries':>11} {'given up':>9}")
     for concurrency in sorted({r["concurrency"] for r in runs}):
         for name in VARIANTS:
             mine = [r for r in runs if r["variant"] == name and r["concurrency"] == concurrency]
-            span = lambda key: f"{min(r[key] for r in mine):,.0f}-{max(r[key] for r in mine):,.0f}"  # noqa: E731
+            def span(key: str, mine: list = mine) -> str:
+                return f"{min(r[key] for r in mine):,.0f}-{max(r[key] for r in mine):,.0f}"
             print(f"{concurrency:>11} {name:18} {span('units_per_s'):>13} {span('client_cpu_us_per_unit'):>15} "
-                  f"{span('postgres_cpu_us_per_unit'):>11} {span('retries'):>9}")
+                  f"{span('postgres_cpu_us_per_unit'):>11} {span('retries'):>11} {span('gave_up'):>9}")
     print("(lowest-highest over the rounds; CPU in microseconds per unit)")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"benchmark": "pg_drivers", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

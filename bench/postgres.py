@@ -44,9 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import bench.delivery as delivery
-import bench.submit as submit
-from bench.campaigns_list import _version, appliance_cli, cpu_seconds, machine_cpu_seconds
+from bench import delivery, submit
+from bench.campaigns_list import (
+    _version,
+    appliance_cli,
+    cpu_seconds,
+    machine_cpu_seconds,
+)
 from bench.delivery import JobCounter, Procs, buyer_get, pct
 from bench.loadgen import LoadResult, _new_loop, free_port, run_load_async
 from tests.postgres_cluster import Cluster, server_bin
@@ -180,7 +184,7 @@ class Meter:
     def stop(self, client_cpu: float) -> dict[str, float]:
         end = self._read()
         wall, server, pg, buyer, machine = (b - a for a, b in zip(self.start, end))
-        pct_of = lambda s: round(100 * s / wall, 1)  # noqa: E731
+        pct_of = lambda s: round(100 * s / wall, 1)
         return {"wall_s": round(wall, 2), "server_cpu_pct": pct_of(server), "postgres_cpu_pct": pct_of(pg),
                 "buyer_cpu_pct": pct_of(buyer), "client_cpu_pct": pct_of(client_cpu),
                 "other_cpu_pct": pct_of(machine - server - pg - buyer - client_cpu),
