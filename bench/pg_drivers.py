@@ -234,6 +234,18 @@ async def replay_asyncpg(url: str, units: list[Unit], concurrency: int, stats: S
 VARIANTS = {"psycopg as built": replay_built, "psycopg async": replay_psycopg_async, "asyncpg": replay_asyncpg}
 
 
+def _wait_backends_gone(cluster: BenchCluster, database: str) -> None:
+    """Until the closed pool's backends have ended: a backend that is exiting is counted neither
+    among the live ones nor in the postmaster's children's time, so reading earlier loses its CPU."""
+    with psycopg.connect(cluster.url(), autocommit=True) as conn:
+        for _ in range(100):
+            (left,) = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (database,)).fetchone()
+            if not left:
+                break
+            time.sleep(0.02)
+    time.sleep(0.1)  # the postmaster reaps them
+
+
 def measure(cluster: BenchCluster, name: str, units: list[Unit], concurrency: int, tag: str) -> dict[str, Any]:
     database = f"replay_{tag}"
     cluster.admin(f"CREATE DATABASE {database} TEMPLATE rec")
@@ -241,7 +253,9 @@ def measure(cluster: BenchCluster, name: str, units: list[Unit], concurrency: in
     try:
         cpu0, pg0, t0 = time.process_time(), cluster.cpu_seconds(), time.perf_counter()
         asyncio.run(VARIANTS[name](cluster.url(database), units, concurrency, stats))
-        cpu1, pg1, t1 = time.process_time(), cluster.cpu_seconds(), time.perf_counter()
+        cpu1, t1 = time.process_time(), time.perf_counter()
+        _wait_backends_gone(cluster, database)
+        pg1 = cluster.cpu_seconds()
     finally:
         cluster.admin(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     n = len(units)
