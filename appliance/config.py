@@ -64,7 +64,7 @@ class StorageConfig(Settings):
     path: str = "./data"  # folder holding appliance.db, or with PostgreSQL the master key and logs
     synchronous: str = "FULL"
     activity_log_days: int = 90  # request log and webhook attempt rows older than this are purged; 0 keeps all
-    backend: str = "sqlite"  # or "postgresql" (experimental: docs/postgresql-progress.md)
+    backend: str = "sqlite"  # or "postgresql" (docs/postgresql.md)
     url: str = ""  # postgresql://user@host:port/db; APPLIANCE_DATABASE_URL, when set, is used instead
     # PostgreSQL: how long a process's claim on a running job lasts unless renewed (a quarter of it
     # apart); a dead process's jobs are taken over after about 1.25 times this. Shorter takes over

@@ -1,4 +1,4 @@
-"""The PostgreSQL backend (`[storage] backend = "postgresql"`, experimental): the same store,
+"""The PostgreSQL backend (`[storage] backend = "postgresql"`, docs/postgresql.md): the same store,
 sessions and repositories as the SQLite one beside it.
 
 - engine.py: the connection pool, write units (one at a time under the writer lock), readers,

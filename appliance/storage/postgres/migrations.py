@@ -14,7 +14,7 @@ at once, so they are applied under an advisory lock. Differences from the SQLite
 - Migrations named pgNN exist only here: job leases (pg01) and the process running an import
   (pg02), which only a database several processes share needs (leases.py, PgImports).
 - Text is compared byte by byte (ids sort as in SQLite) because the database's collation is C:
-  `apply` refuses a database created with another (see docs/postgresql-progress.md)."""
+  `apply` refuses a database created with another (see docs/postgresql.md)."""
 
 from __future__ import annotations
 
