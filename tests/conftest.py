@@ -172,6 +172,8 @@ TEST_BACKEND = os.environ.get("APPLIANCE_TEST_BACKEND", "sqlite")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "sqlite_only: checks what only SQLite has (query plans, PRAGMA, the file)")
+    config.addinivalue_line("markers", "postgresql_own: PostgreSQL's own tests; they run on it in every pass, so the "
+                                       "PostgreSQL pass does not run them again")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -180,6 +182,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("sqlite_only"):
                 item.add_marker(skip)
+            elif item.get_closest_marker("postgresql_own"):
+                item.add_marker(pytest.mark.skip(reason="PostgreSQL's own: run by the default pass"))
 
 
 @pytest.fixture(scope="session")

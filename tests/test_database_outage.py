@@ -24,6 +24,8 @@ from tests.postgres_cluster import Relay
 from tests.processes import free_port, stop_process
 from tests.servers import person
 
+pytestmark = pytest.mark.postgresql_own
+
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "s3cret-Pa55word"
 BUNDLE = {"campaigns": [{"campaignId": "OUT1", "name": "Outage"}]}

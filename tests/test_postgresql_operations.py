@@ -13,10 +13,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import Cli
 from tests.processes import free_port, stop_process, wait_healthy
 from tests.servers import person
+
+pytestmark = pytest.mark.postgresql_own
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "s3cret-Pa55word"  # the test cluster trusts every login: the password is only carried

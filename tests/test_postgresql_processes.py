@@ -38,6 +38,8 @@ import pytest
 from tests.conftest import Cli
 from tests.processes import free_port, stop_process, wait_healthy
 
+pytestmark = pytest.mark.postgresql_own
+
 ROOT = Path(__file__).resolve().parent.parent
 LEASE_SECONDS = 3  # a dead process's jobs are taken over within 3.75 s
 WORKERS_PER_SERVER = 8

@@ -20,6 +20,8 @@ from appliance.storage.postgres.url import redact
 from appliance.storage.postgres.migrations import MIGRATIONS, apply
 from appliance.storage.postgres.store import PgStore
 
+pytestmark = pytest.mark.postgresql_own
+
 NOW = "2026-03-01T12:00:00.000Z"
 
 
