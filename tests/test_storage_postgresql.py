@@ -401,6 +401,10 @@ def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_o
         b.write_sync(take_slot(again))
         assert slots() == 1  # A's slot went back with the requeue, B holds one
 
+        # The delivery worker runs each of a job's units only while this holds (jobs/delivery.py _write).
+        assert a.write_sync(lambda tx: tx.jobs.holds(job)) is False
+        assert b.write_sync(lambda tx: tx.jobs.holds(again)) is True
+        assert b.write_sync(lambda tx: tx.jobs.holds(job)) is False  # the earlier attempt's claim, not B's
         assert a.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is False
         assert a.write_sync(lambda tx: tx.jobs.reschedule(job.job_id, NOW, NOW, error="timeout")) is False
         assert a.write_sync(lambda tx: tx.jobs.park(tenant_id, job.job_id, "ep", NOW, "paused", attempted=True)) is False

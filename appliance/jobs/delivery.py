@@ -11,7 +11,8 @@ import logging
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import httpx
@@ -43,13 +44,14 @@ from appliance.services.intake import run_intake_action
 from appliance.sdk import DeliveryRequest, DeliveryResult
 from appliance.services.tenant_settings import SettingsCache, TenantSettings
 from appliance.jobs.outage import Outage
-from appliance.storage import DELIVERY_ENDPOINTS, Job, Session, StorageUnavailable
+from appliance.storage import DELIVERY_ENDPOINTS, ClaimLost, Job, Session, StorageUnavailable
 
 log = logging.getLogger("appliance.delivery")
 
 DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
 STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -159,6 +161,9 @@ class DeliveryWorker:
                 await self._deliver(job, http)
         except asyncio.CancelledError:
             raise
+        except ClaimLost:
+            log.warning("job %d (%s): another process took it over (this one's claim ended); it records nothing more",
+                        job.job_id, job.kind)
         except Exception as exc:
             error = f"internal error: {type(exc).__name__}"
             log.error("job %d (%s) failed: %s at %s", job.job_id, job.kind, error, where(exc))
@@ -171,11 +176,21 @@ class DeliveryWorker:
                 tx.jobs.reschedule(job.job_id, due, now, error=error)
 
             try:
-                await self.runtime.store.write(give_up_attempt)
+                await self._write(job, give_up_attempt)
             except Exception as storage_exc:  # left `running`: requeued (and released) at the next start
                 log.error("job %d could not be rescheduled: %s", job.job_id, type(storage_exc).__name__)
         finally:
             self.wake()
+
+    async def _write(self, job: Job, unit: Callable[[Session], T]) -> T:
+        """A write unit for `job`, done only while this process still holds the job's claim: on a
+        database several processes share, one whose claim ended (cut off past its lease) must not
+        write over the outcome of the process that took the job over. Raises ClaimLost."""
+        def fenced(tx: Session) -> T:
+            if not tx.jobs.holds(job):
+                raise ClaimLost
+            return unit(tx)
+        return await self.runtime.store.write(fenced)
 
     # ---- loading --------------------------------------------------------------------------
 
@@ -223,13 +238,12 @@ class DeliveryWorker:
 
     async def _deliver(self, job: Job, http: httpx.AsyncClient) -> None:
         attempt = self._load(job)
-        store = self.runtime.store
         if attempt is None:
             now = iso(self.runtime.clock.now())
-            await store.write(lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead or submission missing"))
+            await self._write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead or submission missing"))
             return
         if holds_delivery(attempt.lead.approval, attempt.lead.status):
-            await store.write(lambda tx: self._wait_for_decision(tx, job))
+            await self._write(job, lambda tx: self._wait_for_decision(tx, job))
             return
         settings, now = attempt.settings, attempt.now
         campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
@@ -238,12 +252,12 @@ class DeliveryWorker:
             return
         suppressed = self._suppressed_by(attempt, campaign)
         if suppressed is not None:
-            await store.write(lambda tx: self._settle(tx, attempt, None, "suppressed", suppressed, job_state="done",
+            await self._write(job, lambda tx: self._settle(tx, attempt, None, "suppressed", suppressed, job_state="done",
                                                       event_kind="suppressed"))
             return
         problem = self._delivery_time_problem(attempt, campaign)
         if problem is not None:
-            await store.write(lambda tx: self._settle(tx, attempt, None, "disqualified", problem, job_state="done"))
+            await self._write(job, lambda tx: self._settle(tx, attempt, None, "disqualified", problem, job_state="done"))
             return
         candidates = self._candidates(campaign, settings)
         checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
@@ -252,7 +266,7 @@ class DeliveryWorker:
         if checks[campaign.campaign_id] == ([], None) and (campaign.delivery.distribution is None or named):
             reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
         else:  # one write unit takes the campaign's slots and chooses the buyer
-            reserved, chosen = await store.write(
+            reserved, chosen = await self._write(job, 
                 lambda tx: self._reserve_and_choose(tx, attempt, campaign, candidates, checks, named))
         if reserved is None or chosen is STOPPED:
             return  # queued until a window opens or a limit resets, parked for a paused buyer, or ended
@@ -316,7 +330,7 @@ class DeliveryWorker:
         job, store = attempt.job, self.runtime.store
         target = named or campaign.delivery.delivery_endpoint_id
         if target and store.reader().endpoints.is_paused(job.tenant_id, target):
-            parked = await store.write(lambda tx: self._park(tx, attempt, target, attempted=False))
+            parked = await self._write(job, lambda tx: self._park(tx, attempt, target, attempted=False))
             if parked:
                 return STOPPED
         return target
@@ -496,7 +510,7 @@ class DeliveryWorker:
                       endpoint: DeliveryEndpoint | None = None, crash: JourneyError | None = None,
                       asked: str | None = None, target: str | None = None) -> None:
         """`target`: the endpoint meant; `asked`: the endpoint whose adapter answered (its health)."""
-        recorded = await self.runtime.store.write(
+        recorded = await self._write(attempt.job, 
             lambda tx: self._record_unit(tx, attempt, reserved, result, endpoint, crash, asked, target))
         # Counted and logged once it is committed (a write unit may run more than once).
         job, where_to = attempt.job, target or "-"
@@ -663,18 +677,18 @@ class DeliveryWorker:
         attempt = self._load(job)
         now = iso(self.runtime.clock.now())
         if attempt is None:
-            await self.runtime.store.write(lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead missing"))
+            await self._write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead missing"))
             return
         intake = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
         if intake is None:
-            await self.runtime.store.write(lambda tx: self._settle(
+            await self._write(job, lambda tx: self._settle(
                 tx, attempt, None, "error", "campaign no longer exists", job_state="dead"))
             return
         claimed: dict | None = None  # compliance.trustedForm, when the campaign verifies certificates
         if intake.qualification.tcpa_policy.ingestion_policy.verify_certificate:
             claim = await self._claim(attempt, http)
             if claim.kind == "retry":
-                await self.runtime.store.write(lambda tx: self._claim_later(tx, attempt, claim))
+                await self._write(job, lambda tx: self._claim_later(tx, attempt, claim))
                 return
             claimed = claim.stored()
             attempt = replace(attempt, lead=msgspec.structs.replace(
@@ -687,7 +701,7 @@ class DeliveryWorker:
                     self._settle(tx, failed, None, "disqualified", reason, job_state="done",
                                  event_kind="trustedform_failed", details={"statusCode": claim.status_code})
 
-                await self.runtime.store.write(disqualify)
+                await self._write(job, disqualify)
                 log.info("TrustedForm certificate of %s not verified: %s", job.lead_id, reason)
                 return
         source = next((s for s in intake.ingestion.sources if s.source_id == attempt.lead.source_id), None)
@@ -722,7 +736,7 @@ class DeliveryWorker:
                 tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
                                    submission_id=job.submission_id, due_at=now, now=now)
 
-        await self.runtime.store.write(unit)
+        await self._write(job, unit)
         if evaluation.intake_action in ("engage", "workflow"):
             run_intake_action(self.registry, evaluation.campaign, attempt.lead, job.submission_id, evaluation.intake_action)
 

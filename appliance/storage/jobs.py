@@ -22,6 +22,11 @@ class Job(NamedTuple):
     tried: tuple[str, ...] = ()  # endpoints this round of the waterfall already tried
 
 
+class ClaimLost(Exception):
+    """The process working on a job no longer holds its claim (PostgreSQL: its lease ended and
+    another process took the job over), so it writes nothing more for it."""
+
+
 class Jobs:
     """The durable job queue: scheduling, claiming, finishing, and the delivery-limit slots an attempt holds."""
 
@@ -130,6 +135,11 @@ class Jobs:
             (due_at, now, error, 1 if keep_attempts else 0, job_id),
         )
         return self._conn.changes() > 0
+
+    def holds(self, job: Job) -> bool:
+        """Whether this process still holds the claim it took on `job`: always, on SQLite, where
+        one process owns the database and a claim ends only with it."""
+        return True
 
     def finish(self, job_id: int, state: str, now: str, error: str | None = None) -> bool:
         self._conn.execute("UPDATE jobs SET state = ?, updated_at = ?, last_error = ?, reservations = NULL"

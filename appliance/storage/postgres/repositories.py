@@ -255,6 +255,11 @@ class PgJobs(Jobs):
         if self._holds(job_id):
             self._give_back(tenant_id, job_id)
 
+    def holds(self, job: Job) -> bool:
+        # The attempt number tells this claim from a later one the same process took on the job.
+        return self._conn.execute("SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ? AND attempts = ?",
+                                  (job.job_id, self._leases.owner, job.attempts)).fetchone() is not None
+
     def _holds(self, job_id: int) -> bool:
         return self._conn.execute("SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ?",
                                   (job_id, self._leases.owner)).fetchone() is not None
