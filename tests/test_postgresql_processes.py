@@ -472,3 +472,49 @@ def test_a_server_stopping_or_starting_leaves_another_servers_import_running(tmp
     procs.append(again)
     ended = state(again, orphan)
     assert ended["state"] == "failed" and ended["reason"].startswith("interrupted"), ended
+
+
+# ---- webhooks: one sender per database ------------------------------------------------------------
+
+def test_two_servers_send_each_webhook_event_once(tmp_path, postgres_url, procs):
+    """Both servers read the one outbox; only the process holding the timed-work lock sends, so
+    each event reaches the receiver once (a slow receiver: each send outlasts the other server's
+    polls). When that server stops, the other takes over the sending."""
+    from tests.buyer_server import BuyerServer
+
+    receiver = BuyerServer().start()
+    try:
+        receiver.route("/hooks", status=200, delay=0.3)
+        install = Install(tmp_path, postgres_url, {"campaigns": [campaign("WHK1")]}, servers=2)
+        headers = {"X-API-Key": install.key}
+        first, second = install.start(0), install.start(1)
+        procs.extend([first, second])
+        created = httpx.post(f"{first.url}/api/v1/webhooks", headers=headers, timeout=10,
+                             json={"url": receiver.url("/hooks"), "events": ["lead.processed"]})
+        assert created.status_code == 201, created.text
+
+        def submit(server: Server, n: int) -> None:
+            answer = httpx.post(f"{server.url}/api/v1/leads/submit", headers=headers, timeout=10,
+                                json=lead("WHK1", n + 500_000))
+            assert answer.status_code == 201, answer.text
+
+        def ids_received(count: int) -> Counter:
+            deadline = time.monotonic() + 60
+            while len(received := Counter(r.headers["webhook-id"] for r in receiver.requests_to("/hooks"))) < count:
+                assert time.monotonic() < deadline, f"{len(received)} of {count} events arrived"
+                time.sleep(0.1)
+            time.sleep(2)  # a second copy of any of them would have come by now
+            return Counter(r.headers["webhook-id"] for r in receiver.requests_to("/hooks"))
+
+        for n in range(10):
+            submit(first if n % 2 else second, n)
+        received = ids_received(10)
+        assert len(received) == 10 and set(received.values()) == {1}, received
+
+        stop_process(first.proc)  # whichever sent, the one left sends from now on
+        for n in range(10, 14):
+            submit(second, n)
+        received = ids_received(14)
+        assert len(received) == 14 and set(received.values()) == {1}, received
+    finally:
+        receiver.stop()

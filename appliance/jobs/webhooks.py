@@ -65,7 +65,10 @@ class WebhookSender:
                 self._wake.clear()
                 wait = self.poll_seconds
                 try:
-                    self._start_lanes(in_flight, client, stop)
+                    # One sender per database, as for the timed work: on PostgreSQL several
+                    # processes read the same outbox, and each would send every event.
+                    if await self.runtime.store.runs_timed_work():
+                        self._start_lanes(in_flight, client, stop)
                     outage.succeeded()
                 except StorageUnavailable as exc:
                     wait = outage.failed(exc)

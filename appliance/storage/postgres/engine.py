@@ -130,7 +130,7 @@ _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
 
 
 class TimedWorkLeader:
-    """Timed work (purges, settling interrupted SMS) runs in one process per database: the one
+    """Timed work (purges, settling interrupted SMS) and the webhook sender run in one process per database: the one
     holding a session-level advisory lock on a connection of its own. The lock ends with that
     connection, so when the leader stops, dies or loses the database, the next process to ask
     takes over. Asked only when a step is due (seconds to an hour apart)."""
