@@ -16,7 +16,7 @@ import pytest
 
 from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
-from appliance.storage.postgres.url import redact
+from appliance.storage.postgres.url import redact, without_password
 from appliance.storage.postgres.migrations import MIGRATIONS, apply
 from appliance.storage.postgres.store import PgStore
 
@@ -229,6 +229,17 @@ def test_an_unreachable_database_is_one_line_naming_no_password(postgres_cluster
     assert "s3cret-pw" not in message and "\n" not in message
     assert "postgres:***@127.0.0.1" in message
     assert redact("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_every_way_of_giving_a_password_is_redacted_and_kept_off_the_tools_command_line():
+    assert redact("postgresql://u:p%40ss@h:5/db") == "postgresql://u:***@h:5/db"
+    assert redact("postgresql://u@h/db?sslmode=disable&password=x1") == "postgresql://u@h/db?sslmode=disable&password=***"
+    assert redact("host=h password='a b' user=u") == "host=h password=*** user=u"
+    # pg_dump and pg_restore get the URL without it, and the password (decoded) in PGPASSWORD
+    assert without_password("postgresql://u:p%40ss@h:5/db") == ("postgresql://u@h:5/db", "p@ss")
+    assert without_password("postgresql://u@h/db?password=x1&sslmode=disable") == \
+        ("postgresql://u@h/db?sslmode=disable", "x1")
+    assert without_password("postgresql://u@h/db") == ("postgresql://u@h/db", None)
 
 
 def test_wrong_credentials_are_a_storage_error_naming_no_password(postgres_cluster):

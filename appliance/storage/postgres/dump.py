@@ -8,14 +8,13 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from appliance.storage.db import StorageError
 from appliance.storage.postgres.connection import reason
 from appliance.storage.postgres.engine import connect, open_error
-from appliance.storage.postgres.url import redact
+from appliance.storage.postgres.url import redact, without_password
 
 _MARK = " TABLE public migrations "  # in `pg_restore --list` of an appliance's dump
 
@@ -30,20 +29,18 @@ def _tool(name: str) -> str:
 
 def _split(url: str) -> tuple[str, dict[str, str]]:
     """The URL without its password, and the environment that carries the password."""
-    parts = urlsplit(url)
+    bare, password = without_password(url)
     env = dict(os.environ)
-    if parts.password is None:
-        return url, env
-    env["PGPASSWORD"] = parts.password
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username}@{host}")), env
+    if password is not None:
+        env["PGPASSWORD"] = password
+    return bare, env
 
 
 def _run(command: list[str], url: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         said = next((line for line in done.stderr.splitlines() if line.strip()), f"exit code {done.returncode}")
-        password = urlsplit(url).password
+        password = without_password(url)[1]
         if password:  # the tools never print it; checked anyway
             said = said.replace(password, "***")
         raise StorageError(f"{Path(command[0]).name} failed: {said.strip()}")
