@@ -9,7 +9,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException
 
-from appliance.storage import StorageUnavailable
+from appliance.storage import StorageUnavailable, UnstorableText
 
 log = logging.getLogger("appliance.api")
 
@@ -142,6 +142,10 @@ def handle_storage_unavailable(_: Request, exc: StorageUnavailable) -> Response:
     return _respond(service_unavailable(exc))
 
 
+def handle_unstorable_text(_: Request, exc: UnstorableText) -> Response:
+    return _respond(ValidationFailed([f"request: {exc}"]))
+
+
 def handle_unexpected(request: Request, exc: Exception) -> Response:
     body = unexpected_error_body(exc, request.method, request.scope.get("path_template", "?"),
                                  request.scope.get("state", {}).get("request_id", "-"))
@@ -169,6 +173,7 @@ def _where(exc: BaseException) -> str:
 EXCEPTION_HANDLERS = {
     ApiError: handle_api_error,
     StorageUnavailable: handle_storage_unavailable,
+    UnstorableText: handle_unstorable_text,
     HTTPException: handle_http_exception,
     Exception: handle_unexpected,
 }

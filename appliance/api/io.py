@@ -70,6 +70,10 @@ def decode_json(body: bytes, kind: type[T]) -> T:
         raise ValidationFailed(["body: a JSON object is required"])
     if nesting_depth_exceeds(body):
         raise ValidationFailed([f"body: nested deeper than {MAX_DEPTH} levels"])
+    if b"\\u0000" in body:  # no field needs it, and PostgreSQL's text cannot hold it: refused on both backends
+        found = _nul_path(body)
+        if found is not None:
+            raise ValidationFailed([f"{found}: must not contain the NUL character (\\u0000)"])
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
@@ -104,23 +108,34 @@ def bad_utf8_path(body: bytes) -> str:
         document = msgspec.json.decode(body.decode("utf-8", "appliance-mark-bad-bytes").encode())
     except (msgspec.DecodeError, RecursionError):
         return "body"
-    found = _path_of_mark(document, "")
+    found = _path_of_mark(document, "", _BAD_BYTES_MARK)
     return found or "body"
 
 
-def _path_of_mark(value: Any, path: str) -> str | None:
+def _nul_path(body: bytes) -> str | None:
+    """The field path of the first string (a value or a key) holding a NUL character, or None
+    (not JSON: the decoding that follows says what is wrong)."""
+    try:
+        document = msgspec.json.decode(body)
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None
+    found = _path_of_mark(document, "", "\x00")
+    return None if found is None else found or "body"
+
+
+def _path_of_mark(value: Any, path: str, mark: str) -> str | None:
     if isinstance(value, str):
-        return path if _BAD_BYTES_MARK in value else None
+        return path if mark in value else None
     if isinstance(value, dict):
         for key, item in value.items():
-            if _BAD_BYTES_MARK in key:
+            if mark in key:
                 return f"{path or 'body'} (a key)"
-            found = _path_of_mark(item, join_path(path, key))
+            found = _path_of_mark(item, join_path(path, key), mark)
             if found is not None:
                 return found
     if isinstance(value, list):
         for i, item in enumerate(value):
-            found = _path_of_mark(item, f"{path}[{i}]")
+            found = _path_of_mark(item, f"{path}[{i}]", mark)
             if found is not None:
                 return found
     return None

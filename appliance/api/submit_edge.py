@@ -21,11 +21,12 @@ from appliance.api.leads import submit_json
 from appliance.errors import (
     ApiError,
     PayloadTooLarge,
+    ValidationFailed,
     error_body,
     service_unavailable,
     unexpected_error_body,
 )
-from appliance.storage import StorageUnavailable
+from appliance.storage import StorageUnavailable, UnstorableText
 
 _JSON_HEADER = (b"content-type", b"application/json")
 
@@ -61,8 +62,9 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
         if body is None:
             return
         status, content = 201, await submit_json(app_state, who, body)
-    except (ApiError, StorageUnavailable) as exc:
-        error = service_unavailable(exc) if isinstance(exc, StorageUnavailable) else exc
+    except (ApiError, StorageUnavailable, UnstorableText) as exc:
+        error = service_unavailable(exc) if isinstance(exc, StorageUnavailable) \
+            else ValidationFailed([f"request: {exc}"]) if isinstance(exc, UnstorableText) else exc
         status, content = error.status, error_body(error.code, error.message, error.details)
         extra = [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
     except Exception as exc:  # the same 500 as every route: logged by type and place, no details

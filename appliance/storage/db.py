@@ -57,6 +57,11 @@ class StorageError(Exception):
     """The database could not be opened or written; the message carries no row data."""
 
 
+class UnstorableText(StorageError):
+    """A value the database cannot hold or compare: PostgreSQL's text has no NUL character. The
+    request is refused as invalid (JSON bodies are checked before, naming the field)."""
+
+
 class StorageUnavailable(StorageError):
     """The database cannot answer now (unreachable, its disk full) but may later: the request is
     refused whole (nothing committed), and asking again later is the remedy. `reason` is a short

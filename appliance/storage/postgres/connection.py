@@ -19,7 +19,7 @@ import psycopg
 from psycopg.adapt import Loader
 from psycopg.types.string import StrDumper
 
-from appliance.storage.db import StorageUnavailable
+from appliance.storage.db import StorageUnavailable, UnstorableText
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%|\s+INDEXED BY \w+")
 
@@ -141,6 +141,8 @@ class PgConnection:
             if unavailable(exc):
                 raise lost(exc) from None
             raise
+        except psycopg.DataError as exc:
+            raise _unstorable(exc) from None
         self._count(cur.rowcount)
         return Cursor(cur)
 
@@ -157,6 +159,8 @@ class PgConnection:
                 if unavailable(exc):
                     raise lost(exc) from None
                 raise
+            except psycopg.DataError as exc:
+                raise _unstorable(exc) from None
             self._count(cur.rowcount)
 
     def _count(self, rowcount: int) -> None:
@@ -180,3 +184,11 @@ class PgConnection:
         tx, self._tx = self._tx, None
         assert tx is not None
         return tx.__exit__(*exc)
+
+
+def _unstorable(exc: psycopg.DataError) -> Exception:
+    """A NUL character in a text value (a query parameter, a path, a stored document's text) is
+    bad input, not a failure of the service."""
+    if "NUL" in str(exc):
+        return UnstorableText("text must not contain the NUL character (\\u0000)")
+    return exc
