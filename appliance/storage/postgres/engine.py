@@ -56,8 +56,14 @@ def application_name() -> str:
     return f"appliance:{socket.gethostname()}:{os.getpid()}"[:63]  # PostgreSQL keeps 63 bytes
 
 
+# A database machine that vanishes (rather than refusing) ends a connection within about 25 s
+# instead of the system's default two hours: a read waiting on it fails and is answered 503.
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
+
+
 def connect(url: str, **kwargs) -> psycopg.Connection:
-    return psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT, application_name=application_name(), **kwargs)
+    return psycopg.connect(url, connect_timeout=_CONNECT_TIMEOUT, application_name=application_name(),
+                           **_KEEPALIVES, **kwargs)
 
 
 def open_error(url: str, exc: psycopg.Error) -> StorageError:
@@ -126,8 +132,6 @@ class ChangeListener:
 _TIMED_WORK_LOCK = 0x6170706C69616E64  # the session advisory lock the timed-work leader holds
 # A leader whose machine vanished holds the lock until the server notices its connection is gone:
 # keepalives make that well under a minute instead of the system's default two hours.
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5, "keepalives_count": 3}
-
 
 class TimedWorkLeader:
     """Timed work (purges, settling interrupted SMS) and the webhook sender run in one process per database: the one
@@ -145,7 +149,7 @@ class TimedWorkLeader:
         with self._lock:
             try:
                 if self._conn is None or self._conn.closed:
-                    self._conn = connect(self._url, autocommit=True, **_KEEPALIVES)
+                    self._conn = connect(self._url, autocommit=True)
                     self._held = False
                 if self._held:
                     self._conn.execute("SELECT 1")  # still connected: still ours
@@ -195,7 +199,7 @@ class PgDatabase:
         except psycopg.Error as exc:
             raise open_error(self.url, exc) from None
         self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=self._configure,
-                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name()},
+                                    kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name(), **_KEEPALIVES},
                                     open=True, name="appliance")
         self.changes = ChangeListener(self.url)
         return self

@@ -55,9 +55,10 @@ class JobLeases:
             try:
                 self._write(lambda jobs: jobs.renew_leases())
                 taken = self._write(lambda jobs: jobs.requeue_expired())
-            except StorageError as exc:  # the next round tries again; meanwhile the leases run on
+            except Exception as exc:  # noqa: BLE001 - the thread must live on: its end would let other processes take live jobs
                 if not failing:
-                    log.warning("renewing job leases failed (tried again every %g s): %s", self.every, exc)
+                    said = exc if isinstance(exc, StorageError) else type(exc).__name__
+                    log.warning("renewing job leases failed (tried again every %g s): %s", self.every, said)
                 failing = True
                 continue
             if failing:
