@@ -335,6 +335,37 @@ def _queue_jobs(store, count):
     return store.write_sync(queue)
 
 
+def test_leases_are_renewed_while_a_long_unit_holds_the_writer_lock(postgres_url):
+    """Renewing touches only the process's own running jobs, so it does not wait for the writer
+    lock: a unit holding it longer than a lease (a large purge) does not cost live jobs."""
+    a = PgStore.open_url(postgres_url, lease_seconds=1.0)
+    b = PgStore.open_url(postgres_url)
+    try:
+        _queue_jobs(a, 1)
+        (job,) = a.write_sync(lambda tx: tx.jobs.claim_due(NOW, 1))
+        holding, release = threading.Event(), threading.Event()
+
+        def long_unit(conn):
+            holding.set()
+            assert release.wait(10)
+
+        holder = threading.Thread(target=b.postgres.write_sync, args=(long_unit,))
+        holder.start()
+        assert holding.wait(10)
+        try:
+            time.sleep(2.5)  # past the 1 s lease: only renewals keep it alive
+            (alive,) = a.postgres.row("SELECT lease_until > clock_timestamp() FROM jobs WHERE job_id = ?",
+                                      (job.job_id,))
+        finally:
+            release.set()
+            holder.join(10)
+        assert alive is True
+        assert b.write_sync(lambda tx: tx.jobs.requeue_expired()) == 0
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_dead_processs_jobs_are_taken_over_and_a_live_ones_never(postgres_url):
     """Process A claims 5 jobs (one holding a delivery-limit slot) and keeps renewing its leases:
     store B, starting and claiming meanwhile, leaves them alone. A is SIGKILLed: once its leases

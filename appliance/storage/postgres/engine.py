@@ -233,7 +233,8 @@ class PgDatabase:
 
     # ---- writes -----------------------------------------------------------------------------
 
-    def write_sync(self, unit: Callable[[PgConnection], T]) -> T:
+    def write_sync(self, unit: Callable[[PgConnection], T], *, writer_lock: bool = True,
+                   wait: bool = True) -> T | None:
         """`unit(conn)` in one transaction holding the writer lock, run again when PostgreSQL
         aborts it (a deadlock)."""
         if self._pool is None:
@@ -242,8 +243,15 @@ class PgDatabase:
             try:
                 with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
                         raw.transaction():
-                    raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
-                    result = unit(PgConnection(raw))
+                    if not writer_lock:  # only renewing this process's own job leases (leases.py)
+                        result = unit(PgConnection(raw))
+                    elif wait:
+                        raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
+                        result = unit(PgConnection(raw))
+                    elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
+                        result = unit(PgConnection(raw))
+                    else:  # `wait=False`: the lock is taken, the unit is not run (None)
+                        result = None
                 self._outage = False
                 return result
             except StorageUnavailable:

@@ -32,7 +32,7 @@ class JobLeases:
     claims a job (a CLI command) runs no thread. `close()` hands this process's running jobs back
     at once (a clean stop: a restart or another process takes them without waiting out the lease)."""
 
-    def __init__(self, write: Callable[[Callable], object], *, seconds: float = LEASE_SECONDS) -> None:
+    def __init__(self, write: Callable[..., object], *, seconds: float = LEASE_SECONDS) -> None:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.seconds = seconds
         self.every = seconds / 4  # three renewals may fail before a live process loses a job
@@ -53,8 +53,11 @@ class JobLeases:
         failing = False  # said once per outage, not every round
         while not self._stop.wait(self.every):
             try:
-                self._write(lambda jobs: jobs.renew_leases())
-                taken = self._write(lambda jobs: jobs.requeue_expired())
+                # Without the writer lock: it touches only this process's own running jobs, and a
+                # long unit holding the lock (a large purge) must not let its leases run out.
+                self._write(lambda jobs: jobs.renew_leases(), writer_lock=False)
+                # Not waiting for the lock either: the next round tries again.
+                taken = self._write(lambda jobs: jobs.requeue_expired(), wait=False) or 0
             except Exception as exc:  # noqa: BLE001 - the thread must live on: its end would let other processes take live jobs
                 if not failing:
                     said = exc if isinstance(exc, StorageError) else type(exc).__name__

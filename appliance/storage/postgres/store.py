@@ -75,8 +75,9 @@ class PgStore(Store):
 
     def __init__(self, database: PgDatabase, *, lease_seconds: float = LEASE_SECONDS) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
-        self.leases = JobLeases(lambda fn: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases))),
-                                seconds=lease_seconds)
+        self.leases = JobLeases(
+            lambda fn, **how: database.write_sync(lambda conn: fn(PgJobs(conn, self.leases)), **how),
+            seconds=lease_seconds)
         self._ready = threading.Event()  # open, and the `on_open` checks passed
         self._checks: list[Callable[[], None]] = []
         self._checks_lock = threading.Lock()  # a check registered while the opener succeeds still runs
