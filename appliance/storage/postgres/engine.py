@@ -227,7 +227,8 @@ class PgDatabase:
     def announce_admin_change(self) -> None:
         """Tell every process on this database that keys or tenant configuration changed."""
         try:
-            self.write_sync(lambda conn: conn.execute(f"NOTIFY {_CHANNEL}"))
+            # Not under the writer lock: it writes nothing, and it is sent from request handlers.
+            self.write_sync(lambda conn: conn.execute(f"NOTIFY {_CHANNEL}"), writer_lock=False)
         except StorageError:
             log.warning("could not signal the change to running servers: they see it within a second")
 
@@ -243,7 +244,7 @@ class PgDatabase:
             try:
                 with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
                         raw.transaction():
-                    if not writer_lock:  # only renewing this process's own job leases (leases.py)
+                    if not writer_lock:  # renewing this process's own job leases (leases.py), a NOTIFY
                         result = unit(PgConnection(raw))
                     elif wait:
                         raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
