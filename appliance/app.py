@@ -19,13 +19,13 @@ from appliance.api import (
     sms, submissions, suppression, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
-from appliance.api.io import MAX_BODY
+from appliance.api.io import MAX_BODY, nul_in_url
 from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
 from appliance.console import routes as console
 from appliance.console.session import HEADERS as CONSOLE_HEADERS
 from appliance.ids import request_id
-from appliance.errors import EXCEPTION_HANDLERS
+from appliance.errors import EXCEPTION_HANDLERS, ValidationFailed, error_body
 from appliance.jobs.delivery import DeliveryWorker
 from appliance.jobs.imports import ImportRunner
 from appliance.jobs.ticker import flush_activity, run_ticker
@@ -86,7 +86,14 @@ class ApplianceApp(Litestar):
             await send(message)
 
         try:
-            if scope["path"] == SUBMIT_PATH and scope["method"] == "POST":
+            refused = nul_in_url(scope["path"], scope.get("query_string", b""))
+            if refused is not None:
+                status_seen = 400
+                body = error_body("VALIDATION_ERROR", ValidationFailed.message, [refused])
+                await send_with_id({"type": "http.response.start", "status": 400, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                await send_with_id({"type": "http.response.body", "body": body})
+            elif scope["path"] == SUBMIT_PATH and scope["method"] == "POST":
                 await answer_submit(self.state, scope, receive, send_with_id)
             else:
                 await super().__call__(scope, receive, send_with_id)

@@ -7,6 +7,7 @@ import codecs
 import re
 from itertools import accumulate
 from typing import Any, TypeVar
+from urllib.parse import parse_qsl
 
 import msgspec
 from litestar import Request, Response
@@ -176,3 +177,15 @@ def query_str(request: Request, name: str, *, choices: tuple[str, ...] | None = 
     if choices is not None and raw not in choices:
         raise ValidationFailed([f"{name}: must be one of {', '.join(choices)}"])
     return raw
+
+
+def nul_in_url(path: str, query_string: bytes) -> str | None:
+    """The detail of a 400 for a path or query value holding U+0000 (PostgreSQL's text cannot
+    hold it, so no stored value can match it; refused on both backends alike), else None."""
+    if "\x00" in path:
+        return "path: must not contain the NUL character (%00)"
+    if b"%00" in query_string:
+        for name, value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+            if "\x00" in name + value:
+                return f"{name.replace(chr(0), '') or 'query'}: must not contain the NUL character (%00)"
+    return None

@@ -171,6 +171,7 @@ def build_document(app: Any) -> dict[str, Any]:
                 entry["headers"]["Retry-After"] = {"schema": {"type": "integer"}}
         operation["responses"] = responses
     _complete_arrays(doc)  # last: the whole document, Litestar's part and ours
+    _no_nul_in_strings(doc)
     return doc
 
 
@@ -202,6 +203,31 @@ def _complete_arrays(node: Any) -> None:
                 _complete_arrays(schema)
         elif key not in _DATA_KEYWORDS:
             _complete_arrays(child)
+
+
+_NO_NUL = "^[^\\u0000]*$"
+
+
+def _no_nul_in_strings(node: Any) -> None:
+    """No string the API takes or gives may hold U+0000 (a body field, a path or a query value
+    holding one is refused naming it: PostgreSQL's text cannot hold it): every free-text string
+    schema says so with a pattern. Strings with a pattern, format, enum or const already exclude it."""
+    if isinstance(node, list):
+        for child in node:
+            _no_nul_in_strings(child)
+        return
+    if not isinstance(node, dict):
+        return
+    kind = node.get("type")
+    if (kind == "string" or (isinstance(kind, list) and "string" in kind)) \
+            and not {"pattern", "format", "enum", "const"} & node.keys():
+        node["pattern"] = _NO_NUL
+    for key, child in node.items():
+        if key in _NAMED_SCHEMAS and isinstance(child, dict):
+            for schema in child.values():
+                _no_nul_in_strings(schema)
+        elif key not in _DATA_KEYWORDS:
+            _no_nul_in_strings(child)
 
 
 def _describe_query(operation: dict[str, Any], opt: dict[str, Any]) -> bool:
