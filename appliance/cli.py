@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from zoneinfo import ZoneInfo
 
 import click
@@ -543,31 +543,30 @@ def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> N
         _restore_postgresql(config, Path(backup_file), as_json)
         return
     _check_backup(config, Path(backup_file))  # before anything is created
-    try:
-        private_folder(config.data_dir)
-    except OSError as exc:
-        _fail(f"cannot create {config.data_dir}: {exc.strerror}")
-    try:  # held to the end: no server may start on the folder while its database is swapped
-        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), command="restore")
-    except DataFolderBusy as exc:
-        _fail(f"{exc}: stop it before restoring")
+    lock = _hold_for_restore(config)
     try:
         _restore(config, Path(backup_file), yes, as_json)
     finally:
         lock.close()
 
 
-def _restore_postgresql(config: Config, backup_file: Path, as_json: bool) -> None:
-    """pg_restore into the configured database, which must be empty: nothing is replaced, so
-    nothing is asked. Then opened as a server would (pending migrations, the master key)."""
+def _hold_for_restore(config: Config) -> IO[str]:
+    """The data folder, made if missing and held to the end of the restore: no server may start
+    on it while its database is swapped or not yet whole."""
     try:
         private_folder(config.data_dir)
     except OSError as exc:
         _fail(f"cannot create {config.data_dir}: {exc.strerror}")
-    try:  # held to the end: no server may start on the folder before the database is whole
-        lock = hold(config.data_dir, iso(datetime.now(timezone.utc)), command="restore")
+    try:
+        return hold(config.data_dir, iso(datetime.now(timezone.utc)), command="restore")
     except DataFolderBusy as exc:
         _fail(f"{exc}: stop it before restoring")
+
+
+def _restore_postgresql(config: Config, backup_file: Path, as_json: bool) -> None:
+    """pg_restore into the configured database, which must be empty: nothing is replaced, so
+    nothing is asked. Then opened as a server would (pending migrations, the master key)."""
+    lock = _hold_for_restore(config)
     shown = redact_url(config.database_url)
     try:
         restore_to_postgresql(backup_file, config.database_url)

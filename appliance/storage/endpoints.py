@@ -50,8 +50,8 @@ class Endpoints:
         statement: such an answer never pauses, so the row need not be read first)."""
         self._conn.execute(
             "INSERT INTO endpoint_health(tenant_id, endpoint_id, last_success_at) VALUES (?, ?, ?)"
-            " ON CONFLICT DO UPDATE SET consecutive_errors = 0, consecutive_failures = 0,"
-            " last_success_at = coalesce(excluded.last_success_at, last_success_at)",
+            " ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET consecutive_errors = 0, consecutive_failures = 0,"
+            " last_success_at = coalesce(excluded.last_success_at, endpoint_health.last_success_at)",
             (tenant_id, endpoint_id, success_at))
 
     def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
@@ -60,7 +60,8 @@ class Endpoints:
             return
         self._conn.execute(
             f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}) VALUES (?, ?, ?, 1)"
-            f" ON CONFLICT DO UPDATE SET {column} = {column} + 1", (tenant_id, endpoint_id, hour))
+            f" ON CONFLICT (tenant_id, endpoint_id, hour) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
+            (tenant_id, endpoint_id, hour))
 
     def answers_since(self, tenant_id: str, hour: str) -> dict[str, tuple[int, int, int]]:
         """(delivered, failed, error) per endpoint over the hours from `hour` on."""

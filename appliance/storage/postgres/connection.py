@@ -11,7 +11,8 @@ statistics)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
@@ -135,14 +136,8 @@ class PgConnection:
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         text, order = translate(sql)
         cur = self.raw.cursor()
-        try:
+        with _mapped_errors():
             cur.execute(text, _values(params, order) if params else None)
-        except psycopg.OperationalError as exc:
-            if unavailable(exc):
-                raise lost(exc) from None
-            raise
-        except psycopg.DataError as exc:
-            raise _unstorable(exc) from None
         self._count(cur.rowcount)
         return Cursor(cur)
 
@@ -152,15 +147,8 @@ class PgConnection:
         if not rows:
             self._changes = 0
             return
-        with self.raw.cursor() as cur:
-            try:
-                cur.executemany(text, rows)
-            except psycopg.OperationalError as exc:
-                if unavailable(exc):
-                    raise lost(exc) from None
-                raise
-            except psycopg.DataError as exc:
-                raise _unstorable(exc) from None
+        with self.raw.cursor() as cur, _mapped_errors():
+            cur.executemany(text, rows)
             self._count(cur.rowcount)
 
     def _count(self, rowcount: int) -> None:
@@ -186,9 +174,17 @@ class PgConnection:
         return tx.__exit__(*exc)
 
 
-def _unstorable(exc: psycopg.DataError) -> Exception:
-    """A NUL character in a text value (a query parameter, a path, a stored document's text) is
-    bad input, not a failure of the service."""
-    if "NUL" in str(exc):
-        return UnstorableText("text must not contain the NUL character (\\u0000)")
-    return exc
+@contextmanager
+def _mapped_errors() -> Iterator[None]:
+    """A statement's failures as the store reports them: a lost connection is an outage
+    (StorageUnavailable), a NUL character in a text value is bad input (UnstorableText)."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        if unavailable(exc):
+            raise lost(exc) from None
+        raise
+    except psycopg.DataError as exc:
+        if "NUL" in str(exc):
+            raise UnstorableText("text must not contain the NUL character (\\u0000)") from None
+        raise

@@ -18,7 +18,7 @@ from appliance.domain.lead import LeadRecord
 from appliance.ids import new_id
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
-from appliance.storage.endpoints import _COUNTED, _HEALTH, Endpoints
+from appliance.storage.endpoints import _HEALTH, Endpoints
 from appliance.storage.imports import Imports
 from appliance.storage.jobs import Job, Jobs
 from appliance.storage.leads import (
@@ -358,22 +358,6 @@ class PgEndpoints(Endpoints):
             f"INSERT INTO endpoint_health(tenant_id, endpoint_id, {_HEALTH}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
             f" ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET {updates}",
             (tenant_id, endpoint_id, *msgspec.structs.astuple(health)))
-
-    def healthy_answer(self, tenant_id: str, endpoint_id: str, success_at: str | None) -> None:
-        self._conn.execute(
-            "INSERT INTO endpoint_health(tenant_id, endpoint_id, last_success_at) VALUES (?, ?, ?)"
-            " ON CONFLICT (tenant_id, endpoint_id) DO UPDATE SET consecutive_errors = 0, consecutive_failures = 0,"
-            " last_success_at = coalesce(excluded.last_success_at, endpoint_health.last_success_at)",
-            (tenant_id, endpoint_id, success_at))
-
-    def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
-        column = _COUNTED.get(outcome)
-        if column is None:
-            return
-        self._conn.execute(
-            f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}) VALUES (?, ?, ?, 1)"
-            f" ON CONFLICT (tenant_id, endpoint_id, hour) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
-            (tenant_id, endpoint_id, hour))
 
     def save_rotation(self, tenant_id: str, campaign_id: str, weights: dict[str, float]) -> None:
         self._conn.execute(
