@@ -30,6 +30,7 @@ from appliance.jobs.delivery import DeliveryWorker
 from appliance.jobs.imports import ImportRunner
 from appliance.jobs.ticker import flush_activity, run_ticker
 from appliance.jobs.webhooks import WebhookSender
+from appliance.processes import DeliveryProcess
 from appliance.plugins import Registry, load_plugins
 from appliance.runtime import Runtime
 from appliance.services.tenant_settings import SettingsCache
@@ -114,13 +115,17 @@ class ApplianceApp(Litestar):
             ))
 
 
-def create_app(runtime: Runtime, *, background: bool = True, registry: Registry | None = None) -> ApplianceApp:
-    """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued)."""
+def create_app(runtime: Runtime, *, background: bool = True, registry: Registry | None = None,
+               delivery_process: DeliveryProcess | None = None) -> ApplianceApp:
+    """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued).
+    `delivery_process`: delivery runs in that process of its own (appliance/processes.py), not
+    in this one."""
     for name in QUIET_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
     registry = registry if registry is not None else load_plugins(runtime.config)
     settings = SettingsCache(runtime.store, plugins_listen=registry.listens_to_lead_events)
-    worker = DeliveryWorker(runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
+    worker: DeliveryWorker | DeliveryProcess = delivery_process or DeliveryWorker(
+        runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
     sender = WebhookSender(runtime, registry)
     import_runner = ImportRunner(runtime)
 

@@ -28,8 +28,9 @@ from appliance.services.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
-from appliance.instance_lock import DataFolderBusy, hold, running_server
+from appliance.instance_lock import DataFolderBusy, hold, running_server, server_processes
 from appliance.plugins import PluginError
+from appliance.processes import GIVE_UP_AFTER, GIVE_UP_WINDOW_SECONDS, DeliveryProcess, run_delivery_process
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
 from appliance.storage import (
@@ -169,8 +170,10 @@ def _serve(config: Config, host: str | None, port: int | None,
     except BaseException:  # setup refused (one line already printed): the folder is free again
         lock.close()
         raise
+    delivery_process = (DeliveryProcess(click.get_current_context().obj["config_path"], lock, runtime.metrics)
+                        if config.delivery.own_process() else None)
     try:
-        app = create_app(runtime)
+        app = create_app(runtime, delivery_process=delivery_process)
     except PluginError as exc:
         runtime.close()
         lock.close()
@@ -187,7 +190,8 @@ def _serve(config: Config, host: str | None, port: int | None,
         # at the default threshold (700) the young generation was collected every few submits,
         # ~10 us of each (bench/README.md). Cycles still go, a few thousand objects later.
         gc.set_threshold(10_000, 10, 10)
-        # One worker: SQLite has one writer; several processes only fight over its lock. No proxy
+        # One HTTP process: SQLite has one writer, and intake's processes would only fight over
+        # its lock; delivery may have a process of its own (appliance/processes.py). No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
         uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
                     access_log=False, server_header=False, proxy_headers=False, lifespan="on", ws="none",
@@ -195,6 +199,9 @@ def _serve(config: Config, host: str | None, port: int | None,
     finally:
         runtime.close()
         lock.close()
+    if delivery_process is not None and delivery_process.gave_up:
+        _fail(f"stopped: the delivery process ended {GIVE_UP_AFTER} times within {GIVE_UP_WINDOW_SECONDS:g} s "
+              "(its log lines above say why)")
 
 
 @main.command()
@@ -204,6 +211,17 @@ def _serve(config: Config, host: str | None, port: int | None,
 def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
     """Run the HTTP API and the background job loop."""
     _serve(ctx.obj["config"](), host, port)
+
+
+@main.command("_deliver", hidden=True)
+@click.option("--channel-fd", type=int, required=True)
+@click.pass_context
+def deliver_process(ctx: click.Context, channel_fd: int) -> None:
+    """The delivery process `serve` starts for itself (appliance/processes.py); not for people."""
+    try:
+        run_delivery_process(ctx.obj["config"](), channel_fd)
+    except (StorageError, SecretError, PluginError) as exc:
+        _fail(str(exc))
 
 
 @main.command()
@@ -699,11 +717,23 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def server() -> str:
         return (running_server(config.data_dir) if config.data_dir.is_dir() else None) or "no server running"
 
+    def processes() -> str:
+        found = server_processes(config.data_dir) if config.data_dir.is_dir() else []
+        described = ", ".join(
+            f"{p.get('role')} pid {p.get('pid')} {'running' if p['alive'] else 'NOT RUNNING'}"
+            + (f" since {p['since']}" if p.get("since") else "")
+            + (f" (started {p['starts']} times)" if p.get("starts", 1) > 1 else "") for p in found)
+        if any(not p["alive"] for p in found):
+            raise OSError(f"{described}: a process of the appliance is not running (the server restarts "
+                          "its delivery process within seconds, or stops)")
+        return described or "no server running"
+
     check("config", lambda: ctx.obj["config_path"] or "built-in defaults")
     check("master key", master_key)
     check("database", database)
     check("plugin folders", plugin_dirs)
     check("server", server)
+    check("processes", processes)
     failed = [r for r in results if not r["ok"]]
     _emit(as_json, {"ok": not failed, "checks": results},
           "\n".join(f"{'ok  ' if r['ok'] else 'FAIL'}  {r['check']}: {r['detail']}" for r in results))

@@ -102,6 +102,9 @@ class SecurityConfig(Settings):
             invalid("rate_limit_per_minute", "must be 0 (off) or a positive number")
 
 
+DELIVERY_PROCESS_CHOICES = ("auto", "own", "shared")
+
+
 class DeliveryConfig(Settings):
     allow_private_addresses: bool = False
     # Deliveries in flight at once; 0 runs no delivery worker in this process (intake only: jobs
@@ -109,10 +112,22 @@ class DeliveryConfig(Settings):
     # buyer, on commits): 64 delivered 2,176/s to a fast buyer here, 16 only 1,393/s
     # (bench/delivery.py), and more slots keep a few slow buyers from holding up the rest.
     concurrency: int = 64
+    # Where the delivery worker runs: "own" a process of its own beside the server's (intake and
+    # delivery each get a core), "shared" inside the server's process, "auto" own on a machine
+    # with two or more cores (bench/product.py measures both).
+    process: str = "auto"
 
     def __post_init__(self) -> None:
         if self.concurrency < 0:
             invalid("concurrency", "must be 0 (no delivery worker) or more")
+        if self.process not in DELIVERY_PROCESS_CHOICES:
+            invalid("process", f"must be one of {', '.join(DELIVERY_PROCESS_CHOICES)}")
+
+    def own_process(self) -> bool:
+        """Whether `appliance serve` runs the delivery worker in a process of its own."""
+        if self.concurrency == 0 or self.process == "shared":
+            return False
+        return self.process == "own" or (os.cpu_count() or 1) >= 2
 
 
 class WebhooksConfig(Settings):

@@ -3,7 +3,9 @@ write lock (and double every delivery), and `restore` must not swap the file und
 
 The server holds an exclusive `flock` on `<data folder>/serve.lock` for its whole life; the
 operating system drops it when the process ends, however it ends (kill -9 too), so a stale lock
-file never blocks a restart. The file says who holds it, for the refusal message."""
+file never blocks a restart. The file says who holds it, for the refusal message, and which
+processes the server runs (`appliance doctor`). A delivery process the server starts inherits the
+locked file, so the folder stays taken until every process of the appliance has ended."""
 
 from __future__ import annotations
 
@@ -52,6 +54,53 @@ def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = 
     handle.write(json.dumps({"command": command, "pid": os.getpid(), "url": url, "since": since}))
     handle.flush()
     return handle
+
+
+def record_processes(handle: IO[str], processes: list[dict]) -> None:
+    """Write the server's processes (role, pid, since, starts) into the held lock file."""
+    handle.seek(0)
+    try:
+        held = json.loads(handle.read() or "{}")
+    except ValueError:
+        held = {}
+    held["processes"] = processes
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps(held))
+    handle.flush()
+
+
+def server_processes(folder: Path) -> list[dict]:
+    """The processes the running server recorded, each with `alive` (empty when none runs)."""
+    if not (folder / LOCK_NAME).exists():
+        return []
+    with _open(folder) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                held = json.loads(handle.read() or "{}")
+            except ValueError:
+                return []
+            found = [{"role": "server", "pid": held.get("pid"), "since": held.get("since")},
+                     *held.get("processes", [])]
+            for process in found:
+                process["alive"] = _alive(process.get("pid"))
+            return found
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return []
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
 
 
 def running_server(folder: Path) -> str | None:

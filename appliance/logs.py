@@ -1,10 +1,14 @@
 """The process's logging, configured once by `serve` and `demo` from `[logging]`: one handler on
 stderr for every logger (uvicorn's included), as text lines or JSON lines.
 
-JSON lines carry `time, level, logger, message`, the ids of what the line is about (`requestId`,
+JSON lines carry `time, level, process, pid, logger, message`, the ids of what the line is about (`requestId`,
 `tenantId`, `leadId`, `submissionId`) and, for a logged exception, `exception` (its traceback).
 The ids come from a context variable: the request edge binds the request id, authentication the
 tenant, the delivery worker the job's lead and submission, each for its own task only.
+
+`process` names which of the appliance's processes wrote the line (`server`, or `delivery` when
+the delivery worker runs in a process of its own: appliance/processes.py); text lines carry it as
+`server[pid]` before the logger's name.
 
 No secret may reach a log line: code logs exception types and places, or text that has passed
 the outbound Scrubber (appliance/adapters/outbound.py)."""
@@ -58,10 +62,14 @@ def _stamp(record: logging.LogRecord) -> str:
     return f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(seconds))}.{int(record.msecs):03d}Z"
 
 
+_process = ["server"]  # this process's role, set by `configure`
+
+
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {"time": _stamp(record), "level": record.levelname, "logger": record.name,
-                                "message": record.getMessage(), **bound()}
+        line: dict[str, Any] = {"time": _stamp(record), "level": record.levelname, "process": _process[0],
+                                "pid": record.process, "logger": record.name, "message": record.getMessage(),
+                                **bound()}
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return msgspec.json.encode(line).decode()
@@ -70,7 +78,8 @@ class JsonLines(logging.Formatter):
 class TextLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ids = " ".join(f"{k}={v}" for k, v in bound().items())
-        text = f"{_stamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        text = (f"{_stamp(record)} {record.levelname:<7} {_process[0]}[{record.process}] {record.name}: "
+                f"{record.getMessage()}")
         if ids:
             text += f" [{ids}]"
         if record.exc_info:
@@ -78,8 +87,10 @@ class TextLines(logging.Formatter):
         return text
 
 
-def configure(fmt: str, level: str) -> None:
-    """Route every logger through one stderr handler in `fmt` ("text" or "json") at `level`."""
+def configure(fmt: str, level: str, *, process: str = "server") -> None:
+    """Route every logger through one stderr handler in `fmt` ("text" or "json") at `level`;
+    `process` is the role every line names."""
+    _process[0] = process
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if fmt == "json" else TextLines())
     root = logging.getLogger()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import os
 import logging
 import subprocess
 import sys
@@ -145,8 +146,10 @@ def log_two_lines(capsys):
             assert record["logger"] == "appliance.test"
             assert record["requestId"] == "req_1" and record["tenantId"] == "tnt_1"
             assert record["time"].endswith("Z")
+            assert record["process"] == "server" and record["pid"] == os.getpid()
         else:
-            assert line.endswith("Z INFO    appliance.test: hello there [requestId=req_1 tenantId=tnt_1]")
+            assert line.endswith(f"Z INFO    server[{os.getpid()}] appliance.test: hello there "
+                                 "[requestId=req_1 tenantId=tnt_1]")
             assert "\n" not in line
     # a request's context: the tenant is read from the request state when a line is written
     state: dict = {}

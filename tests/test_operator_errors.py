@@ -163,7 +163,7 @@ def test_reporting_commands_answer_json(cli, tmp_path):
         one_error_line(cli("restore", str(bundle), "--yes", expect=1), "not a pg_dump custom-format archive")
     doctor = json.loads(cli("doctor", "--json").stdout)
     assert doctor["ok"] is True and [c["check"] for c in doctor["checks"]] == [
-        "config", "master key", "database", "plugin folders", "server"]
+        "config", "master key", "database", "plugin folders", "server", "processes"]
     assert json.loads(cli("plugins", "--json").stdout)["adapters"]
 
 
