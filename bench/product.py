@@ -11,12 +11,14 @@ the submits are measured.
     queue must drain with every qualified lead at the buyer.
 (2) open loop, `--rate` (1,000) leads/s for `--open-duration` (20) s (bench/delivery.py's client:
     latency from the scheduled moment): submit p50/p99 and submit-to-delivered p50/p99.
-Resident memory: the server's process tree (all its processes), sampled every second under load.
+Resident memory and CPU: the server's process tree (its delivery process too), memory sampled every
+second under load. `--delivery-process shared` measures delivery inside the server's process.
 
 Targets (issue 20): ratio >= 0.50, p99 < 20 ms at 64 connections, submit-to-delivered p50 < 10 ms
 at 1,000 leads/s with every lead delivered, resident memory < 300 MB.
 
     python -m bench.product [--duration 10] [--connections 64] [--rate 1000] [--open-duration 20]
+                            [--delivery-process auto|own|shared]
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=1000.0)
     parser.add_argument("--open-duration", type=float, default=20.0)
     parser.add_argument("--drain-timeout", type=float, default=120.0)
+    parser.add_argument("--delivery-process", choices=("auto", "own", "shared"), default="auto",
+                        help="[delivery] process (default: as shipped)")
     parser.add_argument("--out", type=Path, default=RESULTS / "product.json")
     args = parser.parse_args(argv)
     args.processes, args.profile_threads = 1, False  # what bench.submit's measure() reads
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         # As shipped, but for what a benchmark must change: no rate limit, quiet logs, no plugins.
         config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\n'
                           f'[security]\nrate_limit_per_minute = 0\n[delivery]\nallow_private_addresses = true\n'
+                          f'process = "{args.delivery_process}"\n'
                           f'[plugins]\ndirs = []\n')
         appliance_cli(config, "init")
         tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
@@ -187,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in (product, bare_run):
         print(f"{r['label']:30} {r['rps']:>8.0f} {r['latency_ms']['p50']:>8.2f} {r['latency_ms']['p99']:>8.2f} "
               f"{r['server_cpu_pct']:>6.0f}% {r['client_cpu_pct']:>6.0f}%")
+    if product.get("server_cpu_pct_by_process"):
+        print("server CPU by process: " + ", ".join(f"{k} {v}%" for k, v in product["server_cpu_pct_by_process"].items()))
     print(f"buyer CPU {product['buyer_cpu_pct']}%; every lead delivered after the load: {product['all_delivered']} "
           f"{product['lead_statuses']}")
     print(f"open loop {args.rate:.0f}/s for {args.open_duration:.0f} s: submit p50/p99 "

@@ -31,7 +31,7 @@ from typing import Any
 import msgspec
 
 from bench.bare_app import sample_lead
-from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, cpu_seconds, machine_cpu_seconds, stop_all
+from bench.campaigns_list import ROOT, _pin, _version, appliance_cli, machine_cpu_seconds, stop_all, tree_cpu_seconds
 from bench.delivery import Profiler, print_profile
 from bench.loadgen import Request, free_port, run_load, wait_for_port
 
@@ -111,11 +111,17 @@ def measure(label: str, url: str, factory, server: subprocess.Popen, args: argpa
             profile_to: Path | None = None) -> dict[str, Any]:
     run_load(url, connections=args.connections, duration=args.warmup, factory=factory, processes=args.processes)
     profiler = Profiler(server.pid, args.duration, profile_to, not args.profile_threads) if profile_to else None
-    cpu0, (busy0, irq0), t0 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
+    tree0, (busy0, irq0), t0 = tree_cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
     result = run_load(url, connections=args.connections, duration=args.duration, factory=factory,
                       processes=args.processes)
-    cpu1, (busy1, irq1), t1 = cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
+    tree1, (busy1, irq1), t1 = tree_cpu_seconds(server.pid), machine_cpu_seconds(), time.perf_counter()
+    # The server's processes (its delivery process too): those alive at both ends of the run.
+    cpu0, cpu1 = sum(tree0.get(pid, 0.0) for pid in tree1), sum(tree1.values())
     out = result.to_dict() | {"label": label}
+    if len(tree1) > 1:
+        out["server_cpu_pct_by_process"] = {
+            "server" if pid == server.pid else f"child {pid}":
+                round(100 * (tree1[pid] - tree0.get(pid, 0.0)) / (t1 - t0), 1) for pid in tree1}
     out["server_cpu_us_per_request"] = round(1e6 * (cpu1 - cpu0) / max(1, result.requests), 1)
     if profiler is not None:
         out["profile"] = profiler.finish()
