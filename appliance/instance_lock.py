@@ -5,19 +5,22 @@ The server holds an exclusive `flock` on `<data folder>/serve.lock` for its whol
 operating system drops it when the process ends, however it ends (kill -9 too), so a stale lock
 file never blocks a restart. The file says who holds it, for the refusal message, and which
 processes the server runs (`appliance doctor`). A delivery process the server starts inherits the
-locked file, so the folder stays taken until every process of the appliance has ended."""
+locked file, so the folder stays taken until every process of the appliance has ended; a server
+started while only a dead server's delivery process holds it waits for that to end (a few seconds)."""
 
 from __future__ import annotations
 
 import fcntl
 import json
 import os
+import time
 from pathlib import Path
 from typing import IO
 
 from appliance.private_paths import FILE_MODE
 
 LOCK_NAME = "serve.lock"
+ORPHAN_WAIT_SECONDS = 15.0  # a dead server's delivery process stops within its grace (appliance/processes.py)
 
 
 class DataFolderBusy(Exception):
@@ -34,6 +37,14 @@ def _describe(handle: IO[str], folder: Path) -> str:
     return f"another appliance {held.get('command', 'serve')} ({who}) is running on the data folder {folder}"
 
 
+def _holder_alive(handle: IO[str]) -> bool:
+    handle.seek(0)
+    try:
+        return _alive(json.loads(handle.read() or "{}").get("pid"))
+    except ValueError:
+        return True  # unreadable: assume the worst, refuse at once
+
+
 def _open(folder: Path) -> IO[str]:
     fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, FILE_MODE)
     return os.fdopen(fd, "r+")
@@ -43,12 +54,20 @@ def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = 
     """Take the folder for this process (keep the returned file open while serving or
     restoring), or raise DataFolderBusy naming the process that has it."""
     handle = _open(folder)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        busy = _describe(handle, folder)
-        handle.close()
-        raise DataFolderBusy(busy) from None
+    deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            # The server that took the folder is gone, but its delivery process still finishes the
+            # deliveries it had in flight: wait for it, as a service manager's quick restart must.
+            if time.monotonic() < deadline and not _holder_alive(handle):
+                time.sleep(0.1)
+                continue
+            busy = _describe(handle, folder)
+            handle.close()
+            raise DataFolderBusy(busy) from None
     handle.seek(0)
     handle.truncate()
     handle.write(json.dumps({"command": command, "pid": os.getpid(), "url": url, "since": since}))
