@@ -36,10 +36,6 @@ from appliance.runtime import Runtime
 from appliance.services.tenant_settings import SettingsCache
 from appliance.storage import StorageUnavailable
 
-# httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
-# a buyer's or provider's URL may carry a credential in its query string. Our own delivery
-# records show URLs with query values masked; these library loggers stay quiet below WARNING.
-QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 class ApplianceApp(Litestar):
@@ -120,8 +116,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     """`background=False` runs neither the ticker nor the delivery worker (jobs stay queued).
     `delivery_process`: delivery runs in that process of its own (appliance/processes.py), not
     in this one."""
-    for name in QUIET_LOGGERS:
-        logging.getLogger(name).setLevel(logging.WARNING)
+    logs.quiet_libraries()
     registry = registry if registry is not None else load_plugins(runtime.config)
     settings = SettingsCache(runtime.store, plugins_listen=registry.listens_to_lead_events)
     worker: DeliveryWorker | DeliveryProcess = delivery_process or DeliveryWorker(

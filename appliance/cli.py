@@ -30,7 +30,7 @@ from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
 from appliance.instance_lock import DataFolderBusy, hold, running_server, server_processes
 from appliance.plugins import PluginError
-from appliance.processes import GIVE_UP_AFTER, GIVE_UP_WINDOW_SECONDS, DeliveryProcess, run_delivery_process
+from appliance.processes import DeliveryProcess, run_delivery_process
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
 from appliance.storage import (
@@ -170,8 +170,7 @@ def _serve(config: Config, host: str | None, port: int | None,
     except BaseException:  # setup refused (one line already printed): the folder is free again
         lock.close()
         raise
-    delivery_process = (DeliveryProcess(click.get_current_context().obj["config_path"], lock, runtime.metrics)
-                        if config.delivery.own_process() else None)
+    delivery_process = DeliveryProcess(config, lock, runtime.metrics) if config.delivery.own_process() else None
     try:
         app = create_app(runtime, delivery_process=delivery_process)
     except PluginError as exc:
@@ -193,15 +192,17 @@ def _serve(config: Config, host: str | None, port: int | None,
         # One HTTP process: SQLite has one writer, and intake's processes would only fight over
         # its lock; delivery may have a process of its own (appliance/processes.py). No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
-        uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
-                    access_log=False, server_header=False, proxy_headers=False, lifespan="on", ws="none",
-                    http=server_protocol(config.server))
+        server = uvicorn.Server(uvicorn.Config(
+            app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level, access_log=False,
+            server_header=False, proxy_headers=False, lifespan="on", ws="none", http=server_protocol(config.server)))
+        if delivery_process is not None:
+            delivery_process.stop_server = lambda: setattr(server, "should_exit", True)
+        server.run()
     finally:
         runtime.close()
         lock.close()
     if delivery_process is not None and delivery_process.gave_up:
-        _fail(f"stopped: the delivery process ended {GIVE_UP_AFTER} times within {GIVE_UP_WINDOW_SECONDS:g} s "
-              "(its log lines above say why)")
+        _fail(f"stopped: {delivery_process.gave_up}")
 
 
 @main.command()
@@ -215,13 +216,9 @@ def serve(ctx: click.Context, host: str | None, port: int | None) -> None:
 
 @main.command("_deliver", hidden=True)
 @click.option("--channel-fd", type=int, required=True)
-@click.pass_context
-def deliver_process(ctx: click.Context, channel_fd: int) -> None:
+def deliver_process(channel_fd: int) -> None:
     """The delivery process `serve` starts for itself (appliance/processes.py); not for people."""
-    try:
-        run_delivery_process(ctx.obj["config"](), channel_fd)
-    except (StorageError, SecretError, PluginError) as exc:
-        _fail(str(exc))
+    sys.exit(run_delivery_process(channel_fd))
 
 
 @main.command()

@@ -127,7 +127,20 @@ class DeliveryConfig(Settings):
         """Whether `appliance serve` runs the delivery worker in a process of its own."""
         if self.concurrency == 0 or self.process == "shared":
             return False
-        return self.process == "own" or (os.cpu_count() or 1) >= 2
+        return self.process == "own" or usable_cores() >= 2
+
+
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota (a
+    container started with --cpus=1 on a large host has one core, whatever the host has)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, -(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass  # no cgroup v2 quota: the affinity is the limit
+    return cores
 
 
 class WebhooksConfig(Settings):

@@ -3,8 +3,8 @@ write lock (and double every delivery), and `restore` must not swap the file und
 
 The server holds an exclusive `flock` on `<data folder>/serve.lock` for its whole life; the
 operating system drops it when the process ends, however it ends (kill -9 too), so a stale lock
-file never blocks a restart. The file says who holds it, for the refusal message, and which
-processes the server runs (`appliance doctor`). A delivery process the server starts inherits the
+file never blocks a restart. The file says who holds it, for the refusal message; `serve.processes`
+beside it lists the server's other processes (`appliance doctor`). A delivery process the server starts inherits the
 locked file, so the folder stays taken until every process of the appliance has ended; a server
 started while only a dead server's delivery process holds it waits for that to end (a few seconds)."""
 
@@ -20,6 +20,7 @@ from typing import IO
 from appliance.private_paths import FILE_MODE
 
 LOCK_NAME = "serve.lock"
+PROCESSES_NAME = "serve.processes"
 ORPHAN_WAIT_SECONDS = 15.0  # a dead server's delivery process stops within its grace (appliance/processes.py)
 
 
@@ -34,6 +35,9 @@ def _describe(handle: IO[str], folder: Path) -> str:
     except ValueError:
         held = {}
     who = ", ".join(f"{k} {held[k]}" for k in ("pid", "url", "since") if held.get(k)) or "pid unknown"
+    if held.get("pid") and not _alive(held["pid"]):
+        return (f"the delivery process of an appliance {held.get('command', 'serve')} that ended ({who}) still "
+                f"runs on the data folder {folder}")
     return f"another appliance {held.get('command', 'serve')} ({who}) is running on the data folder {folder}"
 
 
@@ -75,22 +79,20 @@ def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = 
     return handle
 
 
-def record_processes(handle: IO[str], processes: list[dict]) -> None:
-    """Write the server's processes (role, pid, since, starts) into the held lock file."""
-    handle.seek(0)
-    try:
-        held = json.loads(handle.read() or "{}")
-    except ValueError:
-        held = {}
-    held["processes"] = processes
-    handle.seek(0)
-    handle.truncate()
-    handle.write(json.dumps(held))
-    handle.flush()
+def record_processes(folder: Path, processes: list[dict]) -> None:
+    """Write the server's other processes (role, pid, since, starts) beside the lock, replacing
+    the file whole so that `doctor` never reads half of it."""
+    target = folder / PROCESSES_NAME
+    temporary = target.with_name(f".{PROCESSES_NAME}.{os.getpid()}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(processes))
+    os.replace(temporary, target)
 
 
 def server_processes(folder: Path) -> list[dict]:
-    """The processes the running server recorded, each with `alive` (empty when none runs)."""
+    """The running server and the processes it recorded, each with `alive` (empty when no
+    server runs)."""
     if not (folder / LOCK_NAME).exists():
         return []
     with _open(folder) as handle:
@@ -100,9 +102,12 @@ def server_processes(folder: Path) -> list[dict]:
             try:
                 held = json.loads(handle.read() or "{}")
             except ValueError:
-                return []
-            found = [{"role": "server", "pid": held.get("pid"), "since": held.get("since")},
-                     *held.get("processes", [])]
+                held = {}
+            try:
+                others = json.loads((folder / PROCESSES_NAME).read_text() or "[]")
+            except (OSError, ValueError):
+                others = []
+            found = [{"role": "server", "pid": held.get("pid"), "since": held.get("since")}, *others]
             for process in found:
                 process["alive"] = _alive(process.get("pid"))
             return found

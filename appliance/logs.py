@@ -87,10 +87,22 @@ class TextLines(logging.Formatter):
         return text
 
 
+# httpx logs every outgoing request's full URL at INFO (httpcore, at DEBUG, its response headers):
+# a buyer's or provider's URL may carry a credential in its query string. Our own delivery
+# records show URLs with query values masked; these library loggers stay quiet below WARNING.
+QUIET_LOGGERS = ("httpx", "httpcore")
+
+
+def quiet_libraries() -> None:
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def configure(fmt: str, level: str, *, process: str = "server") -> None:
     """Route every logger through one stderr handler in `fmt` ("text" or "json") at `level`;
     `process` is the role every line names."""
     _process[0] = process
+    quiet_libraries()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLines() if fmt == "json" else TextLines())
     root = logging.getLogger()

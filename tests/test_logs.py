@@ -199,3 +199,14 @@ def test_an_sms_plugin_exception_is_logged_with_its_message_and_traceback(runtim
     assert "raising_sms' raised RuntimeError: sms down, token ***" in logged
     assert "raising_kinds.py" in logged and "in send" in logged  # where it was raised
     assert "sms-secret-token-456" not in logged
+
+
+def test_configured_logging_keeps_httpx_request_urls_out(capsys):
+    """httpx logs each request's full URL at INFO (a buyer's URL may carry a credential): every
+    process that configures logging, the delivery process too, keeps it below WARNING."""
+    logs.configure("text", "debug", process="delivery")
+    logging.getLogger("httpx").info("HTTP Request: POST https://buyer.example/leads?api_key=SECRET")
+    logging.getLogger("appliance.delivery").info("delivered")
+    err = capsys.readouterr().err
+    assert "SECRET" not in err and f"delivery[{os.getpid()}] appliance.delivery: delivered" in err
+    logs.configure("text", "info")
