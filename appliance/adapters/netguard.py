@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import ipaddress
 import re
 import socket
@@ -154,8 +155,11 @@ def _judge(host: str, addresses: list[IPAddress]) -> Destination:
     return Destination(str(addresses[0]))
 
 
+@functools.lru_cache(maxsize=1024)
 def _first_pass(url: str, allow_private: bool) -> tuple[str | None, Destination | None]:
-    """Checks that need no DNS: (host still to resolve, or a final answer)."""
+    """Checks that need no DNS: (host still to resolve, or a final answer). A pure function of
+    its arguments, cached: every delivery to an endpoint asks about the same URL (parsing it was
+    a tenth of the delivery process's time, py-spy under bench.product)."""
     host, reason = _host_of(url)
     if reason:
         return None, Destination(None, reason)
