@@ -5,14 +5,16 @@ create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import itertools
 import json
 import re
+import signal
 import socket
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from functools import wraps
 from pathlib import Path
@@ -134,6 +136,28 @@ def _cannot_listen(host: str, port: int) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def _giving_up_returns(delivery_process: DeliveryProcess | None) -> Iterator[None]:
+    """The delivery process that keeps ending stops the server with SIGTERM (appliance/processes.py);
+    uvicorn, after its clean stop, raises the signal it caught again, which would end this process
+    by SIGTERM before `serve` says why and exits 1. That one SIGTERM returns here instead; any
+    other still ends the process as before."""
+    if delivery_process is None:
+        yield
+        return
+
+    def after_uvicorn(sig: int, _frame: object) -> None:
+        if not delivery_process.gave_up:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.raise_signal(sig)
+
+    previous = signal.signal(signal.SIGTERM, after_uvicorn)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _serve(config: Config, host: str | None, port: int | None,
            setup: Callable[[], Callable[[str], None]] | None = None) -> None:
     """`setup` (demo) prepares the install once the port is free and the folder is ours, and
@@ -193,9 +217,10 @@ def _serve(config: Config, host: str | None, port: int | None,
         # One HTTP process: SQLite has one writer, and intake's processes would only fight over
         # its lock; delivery may have a process of its own (appliance/processes.py). No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).
-        uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
-                    access_log=False, server_header=False, proxy_headers=False, lifespan="on", ws="none",
-                    http=server_protocol(config.server))
+        with _giving_up_returns(delivery_process):
+            uvicorn.run(app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level,
+                        access_log=False, server_header=False, proxy_headers=False, lifespan="on", ws="none",
+                        http=server_protocol(config.server))
     finally:
         runtime.close()
         lock.close()
