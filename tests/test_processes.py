@@ -22,11 +22,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
-from appliance.cli import main as cli_main
 from tests.conftest import Cli
-from tests.processes import free_port, stop_process, wait_healthy
+from tests.processes import (alive, appliance_processes, free_port, processes_detail, running_delivery_pid,
+                             stop_process, wait_healthy)
 
 # The delivery process shares the SQLite file (and inherits its folder's lock); PostgreSQL's
 # processes are tested in test_postgresql_processes.py.
@@ -40,17 +39,8 @@ ENDING_PLUGIN = "import os, sys\nif '_deliver' in sys.argv:\n    os._exit(3)\n"
 
 # ---- processes as the operating system sees them ---------------------------------------------------
 
-def alive(pid: int) -> bool:
-    """Running (a zombie has ended: nobody may have reaped it yet)."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return False
-    return re.search(r"^State:\s+Z", status, re.M) is None
-
-
 def parent_of(pid: int) -> int:
-    return int(re.search(r"^PPid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.M).group(1))
+    return int(re.search(r"^PPid:\s+(\d+)", Path(f"/proc/{pid}/status").read_text(), re.MULTILINE).group(1))
 
 
 def wait_until(condition, timeout: float, what: str, log: Path | None = None):
@@ -73,21 +63,8 @@ class Install:
     key: str
     data: Path
 
-    def doctor(self) -> dict:
-        """`appliance doctor --json`, whatever its verdict (a process not running fails it)."""
-        result = CliRunner().invoke(cli_main, ["--config", str(self.config), "doctor", "--json"],
-                                    catch_exceptions=False)
-        assert result.exit_code in (0, 1), result.output
-        return json.loads(result.stdout)
-
     def processes(self) -> list[tuple[str, int, bool]]:
-        """(role, pid, running) of each process doctor lists."""
-        detail = {c["check"]: c for c in self.doctor()["checks"]}["processes"]["detail"]
-        return [(role, int(pid), state == "running")
-                for role, pid, state in re.findall(r"(\w+) pid (\d+) (running|NOT RUNNING)", detail)]
-
-    def processes_detail(self) -> str:
-        return {c["check"]: c for c in self.doctor()["checks"]}["processes"]["detail"]
+        return appliance_processes(self.config)
 
 
 @pytest.fixture
@@ -194,21 +171,13 @@ def acknowledged(response: httpx.Response) -> str:
     return response.json()["data"]["submissionId"]
 
 
-def delivery_pid(inst: Install, log: Path, *, other_than: int | None = None) -> int:
-    """The running delivery process doctor lists (a new one, when `other_than` is the old pid)."""
-    def found() -> int | None:
-        running = [pid for role, pid, up in inst.processes() if role == "delivery" and up and pid != other_than]
-        return running[0] if running else None
-    return wait_until(found, 15, "doctor lists a running delivery process", log)
-
-
 # ---- the tests ---------------------------------------------------------------------------------------
 
 def test_own_process_doctor_lists_both_and_logs_name_them_and_sigterm_stops_both(tmp_path, buyer, serves):
     inst = install(tmp_path, buyer, log_level="debug")  # a delivery's own line is at debug
     serve = Serve(inst, tmp_path / "serve.log")
     serves.append(serve)
-    pid = delivery_pid(inst, serve.log)
+    pid = running_delivery_pid(inst.config)
     listed = inst.processes()
     assert listed == [("server", serve.proc.pid, True), ("delivery", pid, True)], listed
     assert parent_of(pid) == serve.proc.pid  # the server's own child, as /proc sees it
@@ -234,7 +203,7 @@ def test_a_killed_delivery_process_is_started_again_and_every_acknowledged_lead_
     inst = install(tmp_path, buyer)
     serve = Serve(inst, tmp_path / "serve.log")
     serves.append(serve)
-    first = delivery_pid(inst, serve.log)
+    first = running_delivery_pid(inst.config)
 
     async def load() -> tuple[set[str], list[str]]:
         acked: set[str] = set()
@@ -260,7 +229,7 @@ def test_a_killed_delivery_process_is_started_again_and_every_acknowledged_lead_
                 # ... during the restart pause, and after the new process is up
                 await asyncio.sleep(0.5)
                 before = len(acked)
-                await asyncio.to_thread(delivery_pid, inst, serve.log, other_than=first)
+                await asyncio.to_thread(running_delivery_pid, inst.config, other_than=first)
                 while len(acked) < before + 20:
                     await asyncio.sleep(0.01)
                 stop.set()
@@ -272,9 +241,9 @@ def test_a_killed_delivery_process_is_started_again_and_every_acknowledged_lead_
     assert not refused, refused[:5]  # the server answered every submit while delivery restarted
     wait_until(lambda: acked <= buyer_keys(buyer), 20, "every acknowledged lead reaches the buyer", serve.log)
 
-    second = delivery_pid(inst, serve.log, other_than=first)
+    second = running_delivery_pid(inst.config, other_than=first)
     assert not alive(first) and parent_of(second) == serve.proc.pid
-    assert "(started 2 times)" in inst.processes_detail()
+    assert "(started 2 times)" in processes_detail(inst.config)
     ended = [line for line in serve.lines() if line["process"] == "server"
              and "the delivery process ended (signal SIGKILL)" in line["message"]]
     assert len(ended) == 1 and ended[0]["level"] == "ERROR", ended
@@ -288,7 +257,7 @@ def test_a_delivery_process_that_keeps_ending_stops_serve_with_one_line_and_free
     port = free_port()
     done = subprocess.run(
         [sys.executable, "-m", "appliance", "--config", str(inst.config), "serve", "--port", str(port)],
-        cwd=ROOT, capture_output=True, text=True, timeout=60)  # it stops by itself
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)  # it stops by itself
     assert done.returncode == 1, done.stderr[-3000:]
     lines = done.stderr.splitlines()
     errors = [line for line in lines if line.startswith("error: ")]
@@ -302,14 +271,14 @@ def test_a_delivery_process_that_keeps_ending_stops_serve_with_one_line_and_free
     (tmp_path / "plugins" / "ending.py").unlink()
     serve = Serve(inst, tmp_path / "again.log")  # the folder is free again
     serves.append(serve)
-    delivery_pid(inst, serve.log)
+    running_delivery_pid(inst.config)
 
 
 def test_a_killed_server_takes_its_delivery_process_with_it_and_frees_the_folder(tmp_path, buyer, serves):
     inst = install(tmp_path, buyer)
     serve = Serve(inst, tmp_path / "serve.log")
     serves.append(serve)
-    pid = delivery_pid(inst, serve.log)
+    pid = running_delivery_pid(inst.config)
     serve.proc.kill()
     serve.proc.wait(10)
     wait_until(lambda: not alive(pid), 10, "the delivery process ends after its server", serve.log)
@@ -318,7 +287,7 @@ def test_a_killed_server_takes_its_delivery_process_with_it_and_frees_the_folder
 
     again = Serve(inst, tmp_path / "again.log")
     serves.append(again)
-    delivery_pid(inst, again.log)
+    running_delivery_pid(inst.config)
 
 
 def test_shared_runs_delivery_in_the_server_process(tmp_path, buyer, serves):
