@@ -3,12 +3,15 @@
 doctor and the logs show both; a delivery process that is killed is started again and loses no
 acknowledged lead; one that keeps ending stops the appliance cleanly (exit 1, one line); a killed
 server takes its delivery process with it and frees the data folder; SIGTERM stops both; with
-`process = "shared"` there is only the server. Delivery goes to bench/buyer.py, which records
-every Idempotency-Key (the submission id)."""
+`process = "shared"` there is only the server. A full disk (a small tmpfs) answers 503s, never a
+500 or a hang; both processes say so and live on, and once there is room every acknowledged lead
+is delivered and recorded. Delivery goes to bench/buyer.py, which records every Idempotency-Key
+(the submission id)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -67,17 +70,23 @@ class Install:
         return appliance_processes(self.config)
 
 
-@pytest.fixture
-def buyer(tmp_path: Path) -> Iterator[int]:
+@contextlib.contextmanager
+def running_buyer(log: Path, delay_ms: int = 0) -> Iterator[int]:
     port = free_port()
-    with (tmp_path / "buyer.log").open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(port)], cwd=ROOT,
-                                stdout=out, stderr=subprocess.STDOUT)
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(port), "--delay-ms", str(delay_ms)],
+                                cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: _answers(f"http://127.0.0.1:{port}/_buyer/stats"), 15, "the buyer listens")
         yield port
     finally:
         stop_process(proc, timeout=5)
+
+
+@pytest.fixture
+def buyer(tmp_path: Path) -> Iterator[int]:
+    with running_buyer(tmp_path / "buyer.log") as port:
+        yield port
 
 
 def _answers(url: str) -> bool:
@@ -166,9 +175,13 @@ def submit(base_url: str, key: str, n: int) -> httpx.Response:
                             "email": f"proc.{n}@example.com", "phone": f"+1415{3_000_000 + n:07d}"})
 
 
-def acknowledged(response: httpx.Response) -> str:
+def ok(response: httpx.Response) -> httpx.Response:
     assert response.status_code == 201, response.text
-    return response.json()["data"]["submissionId"]
+    return response
+
+
+def acknowledged(response: httpx.Response) -> str:
+    return ok(response).json()["data"]["submissionId"]
 
 
 # ---- the tests ---------------------------------------------------------------------------------------
@@ -298,3 +311,74 @@ def test_shared_runs_delivery_in_the_server_process(tmp_path, buyer, serves):
     wanted = {acknowledged(submit(serve.url, inst.key, n)) for n in range(5)}
     wait_until(lambda: wanted <= buyer_keys(buyer), 15, "the leads reach the buyer", serve.log)
     assert {line["process"] for line in serve.lines()} == {"server"}
+
+
+def test_a_full_disk_answers_503_at_once_and_both_processes_carry_on_once_space_is_freed(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs for the data folder (needs root): {mounted.stderr.strip()}")
+    serve = None
+    try:
+        # The buyer answers after 1 s: deliveries are in flight when the disk fills, and their
+        # outcomes must be recorded once it has room again.
+        with running_buyer(tmp_path / "buyer.log", delay_ms=1000) as buyer:
+            inst = install(tmp_path, buyer, data=disk / "data")
+            serve = Serve(inst, tmp_path / "serve.log")
+            delivery = running_delivery_pid(inst.config)
+            acked: dict[str, str] = {}  # submission id: lead id
+
+            def take(response: httpx.Response) -> None:
+                data = response.json()["data"]
+                acked[data["submissionId"]] = data["leadId"]
+
+            for n in range(5):
+                take(ok(submit(serve.url, inst.key, n)))
+            wait_until(lambda: acked.keys() <= buyer_keys(buyer), 10, "the buyer has the leads", serve.log)
+            filler = disk / "filler"
+            with filler.open("wb") as out:  # every byte the tmpfs has left
+                with contextlib.suppress(OSError):
+                    while True:
+                        out.write(b"\0" * 65536)
+                        out.flush()
+            answers: list[int] = []
+            with httpx.Client(base_url=serve.url, headers={"X-API-Key": inst.key}, timeout=10) as client:
+                for n in range(100, 3100):  # the WAL's room already taken goes first; then the disk is full
+                    response = client.post("/api/v1/leads/submit", json={
+                        "campaignId": CAMPAIGN, "firstName": "Ada", "lastName": "Lovelace",
+                        "email": f"full.{n}@example.com", "phone": f"+1415{5_000_000 + n:07d}"})
+                    answers.append(response.status_code)
+                    assert response.status_code in (201, 503), response.text  # never a 500
+                    if response.status_code == 201:
+                        take(response)
+                    elif answers[-3:] == [503] * 3:
+                        break
+                assert answers[-1] == 503, f"no 503 after {len(answers)} submits on a full disk"
+            error = response.json()["error"]
+            assert error["code"] == "SERVICE_UNAVAILABLE" and "disk is full" in error["message"], error
+
+            full = wait_until(lambda: [line for line in serve.lines() if line["process"] == "delivery"
+                                       and line["level"] == "ERROR" and "is full" in line["message"]],
+                              15, "the delivery process logs the full disk", serve.log)
+            print(f"\n{len(answers)} submits on the full disk: {answers.count(201)} acknowledged, "
+                  f"{answers.count(503)} answered 503; the delivery process: {[line['message'] for line in full]}")
+            assert serve.proc.poll() is None
+            assert inst.processes() == [("server", serve.proc.pid, True), ("delivery", delivery, True)]
+
+            filler.unlink()
+            take(ok(submit(serve.url, inst.key, 4000)))  # the 503s were not for good
+            wait_until(lambda: acked.keys() <= buyer_keys(buyer), 20, "every acknowledged lead reaches the buyer",
+                       serve.log)
+
+            def undelivered() -> list[str]:
+                with httpx.Client(base_url=serve.url, headers={"X-API-Key": inst.key}, timeout=10) as client:
+                    return [lead for lead in acked.values()
+                            if client.get(f"/api/v1/leads/{lead}").json()["data"]["status"] != "delivered"]
+            wait_until(lambda: not undelivered(), 20, "every acknowledged lead is recorded delivered", serve.log)
+            assert inst.processes() == [("server", serve.proc.pid, True), ("delivery", delivery, True)]
+    finally:
+        if serve is not None:
+            serve.stop()
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)  # gone once its last file closes
