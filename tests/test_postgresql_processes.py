@@ -100,7 +100,10 @@ class Install:
             f'[storage]\npath = "{self.tmp_path / f"data{n}"}"\nbackend = "postgresql"\nurl = "{self.url}"\n'
             f'job_lease_seconds = {LEASE_SECONDS}\n\n'
             f'[security]\nrate_limit_per_minute = 0\n\n'
-            f'[delivery]\nallow_private_addresses = true\nconcurrency = 32\n\n[plugins]\ndirs = []\n')
+            # Delivery in the server's process: its jobs' claims carry the server's pid (`Server.owns`),
+            # and a SIGKILLed server's jobs wait for their leases, as these tests mean.
+            f'[delivery]\nallow_private_addresses = true\nconcurrency = 32\nprocess = "shared"\n\n'
+            f'[plugins]\ndirs = []\n')
         return path
 
     def start(self, n: int) -> Server:
