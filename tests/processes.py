@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import socket
 import subprocess
@@ -40,4 +42,47 @@ def wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout: floa
         except httpx.HTTPError:
             pass
         assert time.monotonic() < deadline, log.read_text()
+        time.sleep(0.1)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie has ended: its parent may not have reaped it yet)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    return re.search(r"^State:\s+Z", status, re.MULTILINE) is None
+
+
+def doctor(config: Path) -> dict:
+    """`appliance doctor --json` in this process, whatever its verdict (a process not running fails it)."""
+    from click.testing import CliRunner
+
+    from appliance.cli import main as cli_main
+
+    result = CliRunner().invoke(cli_main, ["--config", str(config), "doctor", "--json"], catch_exceptions=False)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout)
+
+
+def processes_detail(config: Path) -> str:
+    """What doctor's "processes" check says."""
+    return {c["check"]: c for c in doctor(config)["checks"]}["processes"]["detail"]
+
+
+def appliance_processes(config: Path) -> list[tuple[str, int, bool]]:
+    """(role, pid, running) of each process of the appliance doctor lists."""
+    return [(role, int(pid), state == "running")
+            for role, pid, state in re.findall(r"(\w+) pid (\d+) (running|NOT RUNNING)", processes_detail(config))]
+
+
+def running_delivery_pid(config: Path, timeout: float = 15.0, *, other_than: int | None = None) -> int:
+    """The delivery process doctor lists as running (a new one, when `other_than` is the old pid)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        running = [pid for role, pid, up in appliance_processes(config)
+                   if role == "delivery" and up and pid != other_than]
+        if running:
+            return running[0]
+        assert time.monotonic() < deadline, f"no running delivery process listed by doctor within {timeout} s"
         time.sleep(0.1)

@@ -1,20 +1,27 @@
 """Crash safety: a real `appliance serve` process under concurrent
-submit load is killed with SIGKILL at a random moment, then restarted on the same data folder.
+submit load is killed with SIGKILL at a random moment, then restarted on the same data folder; or
+its delivery process (`[delivery] process = "own"`, appliance/processes.py) is, and the server
+starts a new one by itself.
 
-Each cycle: submit load (CONCURRENCY requests in flight) against the running server; SIGKILL at
-a random moment of the load window; `PRAGMA integrity_check` on the files the dead process left;
-restart; wait (bounded) until the job queue is empty and the buyer has every qualified lead;
+Each cycle: submit load (CONCURRENCY requests in flight) against the running server; SIGKILL, at
+a random moment of the load window, of a process picked at random: the server or its delivery
+process. The server killed: the load stops (the requests in flight fail); its delivery process
+must end by itself (it holds the folder's lock); `PRAGMA integrity_check` on the files the dead
+processes left; restart. The delivery process killed: the load goes on, every submit must still
+be acknowledged, until the server has started a new delivery process (doctor lists it) and a
+little after; nothing is restarted by the test. Then wait (bounded) until the job queue is empty
+and the buyer has every qualified lead;
 then check, for every submit that got a 201 in any cycle so far, through the API:
 - the lead exists with that submission;
 - a lead acknowledged `qualified` is `delivered` and the buyer received its submission at least
   once (by `Idempotency-Key: <submissionId>`); a `disqualified` one was never sent;
 - duplicates (a key the buyer saw more than once) are allowed (at-least-once) and printed.
-The restarted server is the one the next cycle loads and kills. At the end the server is
+The server that runs then is the one the next cycle loads. At the end the server is
 stopped and the database checked again.
 
 The buyer is bench/buyer.py (raw asyncio, keep-alive, records every Idempotency-Key) in its own
-process. The kill moments come from a seeded RNG; the seed is printed (`-s` shows it) and
-CRASH_SEED=<seed> replays the same kill delays. Every wait is bounded and the whole test stays
+process. The kill moments and victims come from a seeded RNG; the seed is printed (`-s` shows it)
+and CRASH_SEED=<seed> replays the same kill delays and victims. Every wait is bounded and the whole test stays
 within about 60 s: a cycle is started only while the time budget allows.
 """
 
@@ -39,7 +46,7 @@ import httpx
 import pytest
 
 from tests.conftest import Cli
-from tests.processes import free_port, stop_process
+from tests.processes import alive, free_port, processes_detail, running_delivery_pid, stop_process
 
 # SQLite's crash test: PostgreSQL's, with one and two servers, is in test_postgresql_processes.py.
 pytestmark = pytest.mark.sqlite_only
@@ -52,6 +59,7 @@ BUDGET_SECONDS = 50.0          # no new cycle starts after this much of the test
 CYCLE_RESERVE_SECONDS = 15.0   # what one more cycle may need
 START_TIMEOUT = 20.0
 DRAIN_TIMEOUT = 25.0
+AFTER_RESTART = 0.5            # seconds of load after a new delivery process is listed
 CAMPAIGN = "CRSH1"
 
 
@@ -137,13 +145,17 @@ def _body(n: int) -> dict:
             "customFields": {"n": n}}
 
 
-async def _load_and_kill(base_url: str, key: str, proc: subprocess.Popen, kill_after: float,
-                         cycle: int) -> tuple[list[Acked], Counter, int]:
-    """Submit with CONCURRENCY tasks; `kill_after` s after the first 201, SIGKILL the server; the
-    requests in flight fail. Returns (acknowledged, errors by kind, requests sent)."""
+async def _load_and_kill(base_url: str, key: str, pid: int, kill_after: float, cycle: int,
+                         config: Path | None = None) -> tuple[list[Acked], Counter, int]:
+    """Submit with CONCURRENCY tasks; `kill_after` s after the first 201, SIGKILL `pid`. The server
+    (no `config`): the requests in flight fail and the load ends. The delivery process (`config`
+    given): the load goes on until doctor lists the new delivery process the server started, and
+    AFTER_RESTART s more. Returns (acknowledged, errors by kind, requests sent)."""
     acked: list[Acked] = []
     errors: Counter = Counter()
+    server_killed = config is None
     killed = asyncio.Event()
+    stopped = asyncio.Event()
     first_ack = asyncio.Event()
     sent = 0
     limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
@@ -153,28 +165,32 @@ async def _load_and_kill(base_url: str, key: str, proc: subprocess.Popen, kill_a
                                  headers={"X-API-Key": key}) as client:
         async def worker() -> None:
             nonlocal sent
-            while not killed.is_set():
+            while not stopped.is_set():
                 sent += 1
                 try:
                     response = await client.post("/api/v1/leads/submit", json=_body(next(_serial)))
                 except httpx.HTTPError as exc:
-                    if killed.is_set():
+                    if server_killed and killed.is_set():
                         errors[type(exc).__name__] += 1  # in flight at the kill: not acknowledged
                         return
-                    errors[f"before the kill: {type(exc).__name__}"] += 1
+                    errors[f"server up: {type(exc).__name__}"] += 1
                     continue
                 if response.status_code == 201:
                     data = response.json()["data"]
                     acked.append(Acked(data["leadId"], data["submissionId"], data["status"], cycle))
                     first_ack.set()
                 else:
-                    errors[f"before the kill: HTTP {response.status_code}"] += 1
+                    errors[f"server up: HTTP {response.status_code}"] += 1
 
         async def killer() -> None:
             await asyncio.wait_for(first_ack.wait(), timeout=15)  # the window opens with the first 201
             await asyncio.sleep(kill_after)
-            os.kill(proc.pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
             killed.set()
+            if config is not None:  # submits go on while the server starts a new delivery process
+                await asyncio.to_thread(running_delivery_pid, config, other_than=pid)
+                await asyncio.sleep(AFTER_RESTART)
+            stopped.set()
 
         await asyncio.wait_for(asyncio.gather(killer(), *(worker() for _ in range(CONCURRENCY))),
                                timeout=kill_after + 45)
@@ -234,7 +250,9 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
         config.write_text(
             f'[server]\nlog_level = "warning"\n\n[storage]\npath = "{data}"\nsynchronous = "FULL"\n\n'
             f'[security]\nrate_limit_per_minute = 0\n\n'
-            f'[delivery]\nallow_private_addresses = true\nconcurrency = 32\n\n[plugins]\ndirs = []\n')
+            # "own" whatever the machine's cores ("auto" is "shared" on one): the kill may pick it.
+            f'[delivery]\nallow_private_addresses = true\nconcurrency = 32\nprocess = "own"\n\n'
+            f'[plugins]\ndirs = []\n')
         cli = Cli(config)
         cli("init")
         tenant_id = cli.json("tenant", "create", "Crash Test Agency")["tenantId"]
@@ -281,16 +299,29 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
                 break
             cycle += 1
             kill_after = round(rng.uniform(*KILL_WINDOW), 3)
-            acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, server.proc, kill_after, cycle))
-            server.proc.wait(10)
-            assert server.proc.returncode == -signal.SIGKILL
-            assert not [e for e in errors if e.startswith("before the kill")], errors
+            victim = rng.choice(("server", "delivery"))
+            delivery = running_delivery_pid(config)
+            if victim == "server":
+                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, server.proc.pid, kill_after, cycle))
+                server.proc.wait(10)
+                assert server.proc.returncode == -signal.SIGKILL
+                # It holds the folder's lock: no restart before it has ended by itself.
+                deadline = time.monotonic() + 15
+                while alive(delivery):
+                    assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
+                    time.sleep(0.05)
+            else:
+                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, delivery, kill_after, cycle, config))
+                assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
+                assert not alive(delivery)
+            assert not [e for e in errors if e.startswith("server up")], errors
             assert acked, f"cycle {cycle}: no submit was acknowledged before the kill at {kill_after} s"
             all_acked += acked
             delivered_at_kill = len(_buyer_keys(buyer_port))
-            jobs_after_kill = _db_check(db_file)  # the files exactly as the dead process left them
+            jobs_after_kill = _db_check(db_file)  # the files exactly as the killed process left them
 
-            server = Server(config, server_log, procs)
+            if victim == "server":
+                server = Server(config, server_log, procs)
             qualified = {a.submission_id for a in all_acked if a.status == "qualified"}
             open_jobs, missing = _wait_drained(db_file, buyer_port, qualified, time.monotonic() + DRAIN_TIMEOUT)
             assert not missing, f"cycle {cycle}: {len(missing)} acknowledged qualified leads never reached the buyer"
@@ -319,19 +350,22 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
             statuses = Counter(a.status for a in acked)
             duplicates = {k: len(v) for k, v in keys.items() if len(v) > 1}
             acked_keys = {a.submission_id for a in all_acked}
-            print(f"  cycle {cycle}: SIGKILL at {kill_after} s; sent {sent}, acknowledged {len(acked)} "
+            print(f"  cycle {cycle}: SIGKILL of the {victim} process at {kill_after} s; sent {sent}, acknowledged {len(acked)} "
                   f"{dict(statuses)}; lost in flight {dict(errors)}; buyer had {delivered_at_kill} keys at the kill, "
-                  f"jobs left by the dead process {jobs_after_kill}; after restart all delivered "
+                  f"jobs at the kill {jobs_after_kill}; afterwards all delivered "
                   f"(buyer: {len(keys)} keys, {len(keys.keys() - acked_keys)} from unacknowledged submits), "
                   f"duplicates so far {len(duplicates)} ({sum(duplicates.values()) - len(duplicates)} extra sends)")
 
         assert all(a.status in ("qualified", "disqualified") for a in all_acked), Counter(a.status for a in all_acked)
+        delivery = running_delivery_pid(config)
+        listed = processes_detail(config)
         stop_process(server.proc, timeout=10.0)  # graceful: uvicorn re-raises SIGTERM after its shutdown, hence -15
         assert server.proc.returncode in (0, -signal.SIGTERM), server_log.read_text(errors="replace")[-2000:]
+        assert not alive(delivery)  # stopped with its server
         final = _db_check(db_file)
         assert set(final) <= {"done"}, final
         print(f"  {cycle} cycles, {len(all_acked)} acknowledged leads, final jobs {final}, "
-              f"{time.monotonic() - started:.1f} s")
+              f"processes at the end: {listed}, {time.monotonic() - started:.1f} s")
     finally:
         for proc in procs:
             if proc.poll() is None:

@@ -116,6 +116,7 @@ def test_backup_and_export_into_a_missing_folder(cli, tmp_path):
     ("[plugins.twilio]\ntimeout_seconds = -1\n", "plugins.twilio.timeout_seconds: must be more than 0"),
     ("[plugins.meta_capi]\ntimeout = 3\n", "plugins.meta_capi.timeout: unknown field"),
     ("[server]\nbogus = 1\n", "server.bogus: unknown field"),
+    ('[delivery]\nprocess = "separate"\n', "delivery.process: must be one of auto, own, shared"),
 ])
 @pytest.mark.parametrize("command", [["serve"], ["doctor"], ["tenant", "list"], []])
 def test_every_config_value_is_checked_at_load(tmp_path, table, problem, command):

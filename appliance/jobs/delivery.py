@@ -190,7 +190,18 @@ class DeliveryWorker:
             if not tx.jobs.holds(job):
                 raise ClaimLost
             return unit(tx)
-        return await self.runtime.store.write(fenced)
+        # A database that does not answer now (a full disk, an outage) is waited for, as the
+        # loops do: given up, the job stayed `running` until the next start, its lead never
+        # recorded delivered though the buyer had it.
+        outage = Outage(log, f"job {job.job_id} ({job.kind})")
+        while True:
+            try:
+                result = await self.runtime.store.write(fenced)
+            except StorageUnavailable as exc:
+                await asyncio.sleep(outage.failed(exc))
+                continue
+            outage.succeeded()
+            return result
 
     # ---- loading --------------------------------------------------------------------------
 

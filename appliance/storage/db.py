@@ -156,7 +156,10 @@ class Database:
             self._writer = None
         if self._write_conn is not None:
             _wait_for_other_writers(self._write_conn)
-            self._write_conn.execute("PRAGMA optimize")
+            try:
+                self._write_conn.execute("PRAGMA optimize")
+            except apsw.Error:  # a help for the next start, not a write of ours: a full disk or a
+                pass            # busy file must not keep the connection open or fail the close
             self._write_conn.close()
             self._write_conn = None
         with self._readers_lock:
@@ -485,7 +488,9 @@ class Database:
         except apsw.Error as exc:
             if not conn.getautocommit():
                 conn.execute("ROLLBACK")
-            failure = StorageError(f"commit failed: {exc}")
+            # A full disk (the WAL could not grow at COMMIT) stays what it is: the store answers
+            # it as unavailable (503, try later), not as an internal error.
+            failure = exc if isinstance(exc, apsw.FullError) else StorageError(f"commit failed: {exc}")
             outcomes = [(done, None, error or failure) for done, _, error in outcomes]
         _resolve(outcomes)
         return []
