@@ -63,7 +63,7 @@ REPORT_SECONDS = 0.05  # how often the delivery process sends its counts, when i
 HEARTBEAT_SECONDS = 1.0  # it sends at least this often, counts or not
 HEARTBEAT_TIMEOUT_SECONDS = 15.0
 START_MESSAGE_SECONDS = 10.0
-EXIT_OTHER_VERSION = 3
+EXIT_OTHER_VERSION = 78  # sysexits EX_CONFIG: told apart from a crash, which restarts
 
 
 class _Start(msgspec.Struct):
@@ -335,7 +335,7 @@ def _read_start(channel: socket.socket) -> _Start | None:
         received += data
     try:
         return msgspec.json.decode(received.split(b"\n", 1)[0], type=_Start)
-    except msgspec.ValidationError as exc:
+    except msgspec.DecodeError as exc:  # malformed, or not what this version expects
         print(f"error: the server's start message is not understood: {exc}", file=sys.stderr)
         return None
 

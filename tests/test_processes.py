@@ -16,6 +16,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -295,7 +296,7 @@ def test_a_killed_server_takes_its_delivery_process_with_it_and_frees_the_folder
     serve.proc.kill()
     serve.proc.wait(10)
     wait_until(lambda: not alive(pid), 10, "the delivery process ends after its server", serve.log)
-    assert any(line["process"] == "delivery" and "the server process ended" in line["message"]
+    assert any(line["process"] == "delivery" and "the server closed the channel" in line["message"]
                for line in serve.lines())
 
     again = Serve(inst, tmp_path / "again.log")
@@ -382,3 +383,67 @@ def test_a_full_disk_answers_503_at_once_and_both_processes_carry_on_once_space_
         if serve is not None:
             serve.stop()
         subprocess.run(["umount", "--lazy", str(disk)], check=True)  # gone once its last file closes
+
+
+def test_a_restarted_delivery_process_keeps_the_configuration_its_server_started_with(tmp_path, buyer, serves):
+    inst = install(tmp_path, buyer)
+    serve = Serve(inst, tmp_path / "serve.log")
+    serves.append(serve)
+    pid = running_delivery_pid(inst.config)
+    # An edit made while the appliance runs, pointing at another install: it takes effect at the
+    # next start of the whole appliance, never in half of it (the delivery process would deliver
+    # from a database the server does not write).
+    other = tmp_path / "other.toml"
+    other.write_text(f'[storage]\npath = "{tmp_path / "other"}"\n')
+    Cli(other)("init")
+    inst.config.write_text(other.read_text())
+    os.kill(pid, signal.SIGKILL)
+    wait_until(lambda: len(re.findall(r"delivery process started \(pid \d+\)", serve.log.read_text())) == 2, 15,
+               "the server starts a new delivery process", serve.log)
+    wanted = {acknowledged(submit(serve.url, inst.key, n)) for n in range(3)}
+    wait_until(lambda: wanted <= buyer_keys(buyer), 20, "the leads reach the buyer", serve.log)
+
+
+def test_a_delivery_process_refuses_a_server_of_another_version_or_an_unreadable_start(tmp_path):
+    def deliver(start: bytes) -> subprocess.CompletedProcess:
+        ours, theirs = socket.socketpair()
+        with ours, theirs:
+            ours.sendall(start)
+            return subprocess.run([sys.executable, "-m", "appliance", "_deliver", "--channel-fd", str(theirs.fileno())],
+                                  pass_fds=(theirs.fileno(),), cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+    config = {"storage": {"path": str(tmp_path / "data")}}
+    other = deliver(json.dumps({"version": "0.0.0-other", "config": config}).encode() + b"\n")
+    assert other.returncode == 78 and "the program was replaced while the server ran" in other.stderr, other.stderr
+    garbled = deliver(b"{not json\n")
+    assert garbled.returncode == 1 and "start message is not understood" in garbled.stderr, garbled.stderr
+
+
+def test_a_hung_delivery_process_is_killed_and_started_again(tmp_path, buyer, serves):
+    inst = install(tmp_path, buyer)
+    serve = Serve(inst, tmp_path / "serve.log")
+    serves.append(serve)
+    pid = running_delivery_pid(inst.config)
+    os.kill(pid, signal.SIGSTOP)  # alive to the operating system, silent to its server
+    running_delivery_pid(inst.config, timeout=40, other_than=pid)
+    assert not alive(pid)
+    assert any("said nothing for" in line["message"] for line in serve.lines() if line["process"] == "server")
+    wanted = {acknowledged(submit(serve.url, inst.key, n)) for n in range(3)}
+    wait_until(lambda: wanted <= buyer_keys(buyer), 20, "the leads reach the buyer", serve.log)
+
+
+def test_a_server_started_while_a_killed_servers_delivery_process_finishes_waits_for_it(tmp_path, serves):
+    with running_buyer(tmp_path / "slow-buyer.log", delay_ms=3000) as slow:
+        inst = install(tmp_path, slow)
+        serve = Serve(inst, tmp_path / "serve.log")
+        serves.append(serve)
+        pid = running_delivery_pid(inst.config)
+        key = acknowledged(submit(serve.url, inst.key, 1))
+        wait_until(lambda: key in buyer_keys(slow), 15, "the delivery reaches the slow buyer", serve.log)
+        serve.proc.kill()  # while the buyer holds that delivery for 3 s
+        serve.proc.wait(10)
+        assert alive(pid)  # finishing the delivery in flight, the data folder still taken
+        again = Serve(inst, tmp_path / "again.log")  # a service manager's restart: it waits, not refuses
+        serves.append(again)
+        assert not alive(pid)
+        assert any(line["process"] == "delivery" and "stops" in line["message"] for line in serve.lines())
