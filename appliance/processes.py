@@ -281,6 +281,14 @@ def run_delivery_process(channel_fd: int) -> int:
     if start is None:
         return 1
     config = start.config
+    if config.storage.synchronous.upper() == "FULL":
+        # Its commits (claims, outcomes) need not reach the disk before it goes on: a power loss
+        # that takes the last of them sends those leads again (at least once, the same
+        # Idempotency-Key), as a crash mid-delivery does, while every lead a 2xx acknowledged is
+        # the server's FULL commit, whose sync also carries all commits written before it. One
+        # sync less per commit made submit-to-delivered p50 9.0, 8.2, 11.2 ms against 11.9, 14.4,
+        # 21.1 ms at 1,000 leads/s (bench.product, alternating runs).
+        config = msgspec.structs.replace(config, storage=msgspec.structs.replace(config.storage, synchronous="NORMAL"))
     logs.configure(config.logging.format, config.log_level, process="delivery")
     if start.version != __version__:
         log.critical("this program is version %s, the server %s: the program was replaced while the server "
