@@ -185,7 +185,6 @@ class DeliveryProcess:
         ours = theirs = None
         try:
             ours, theirs = socket.socketpair()
-            ours.sendall(msgspec.json.encode(_Start(version=__version__, config=self.config)) + b"\n")
             proc = subprocess.Popen(delivery_command(theirs.fileno()), stdin=subprocess.DEVNULL,
                                     pass_fds=(theirs.fileno(), self.lock.fileno()), env=_environment())
         except OSError as exc:
@@ -196,6 +195,14 @@ class DeliveryProcess:
         finally:
             if theirs is not None:
                 theirs.close()
+        try:  # once it runs: it reads this first, so a configuration of any size goes through
+            ours.sendall(msgspec.json.encode(_Start(version=__version__, config=self.config)) + b"\n")
+        except OSError as exc:
+            log.error("the delivery process could not be told its configuration: %s", exc.strerror or type(exc).__name__)
+            ours.close()
+            proc.kill()
+            proc.wait()
+            return None
         ours.setblocking(False)
         self._channel, self._received, self._heard = ours, b"", time.monotonic()
         self._ended.clear()
