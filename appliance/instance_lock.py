@@ -28,12 +28,16 @@ class DataFolderBusy(Exception):
     """Another server runs on the data folder; the message names it."""
 
 
-def _describe(handle: IO[str], folder: Path) -> str:
+def _record(handle: IO[str]) -> dict:
+    """What the holder wrote into the lock file ({} when empty or unreadable)."""
     handle.seek(0)
     try:
-        held = json.loads(handle.read() or "{}")
+        return json.loads(handle.read() or "{}")
     except ValueError:
-        held = {}
+        return {}
+
+
+def _describe(held: dict, folder: Path) -> str:
     who = ", ".join(f"{k} {held[k]}" for k in ("pid", "url", "since") if held.get(k)) or "pid unknown"
     if held.get("pid") and not _alive(held["pid"]):
         return (f"the delivery process of an appliance {held.get('command', 'serve')} that ended ({who}) still "
@@ -41,12 +45,9 @@ def _describe(handle: IO[str], folder: Path) -> str:
     return f"another appliance {held.get('command', 'serve')} ({who}) is running on the data folder {folder}"
 
 
-def _holder_alive(handle: IO[str]) -> bool:
-    handle.seek(0)
-    try:
-        return _alive(json.loads(handle.read() or "{}").get("pid"))
-    except ValueError:
-        return True  # unreadable: assume the worst, refuse at once
+def _holder_alive(held: dict) -> bool:
+    pid = held.get("pid")
+    return pid is None or _alive(pid)  # unknown: assume the worst, refuse at once
 
 
 def _open(folder: Path) -> IO[str]:
@@ -66,10 +67,11 @@ def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = 
         except BlockingIOError:
             # The server that took the folder is gone, but its delivery process still finishes the
             # deliveries it had in flight: wait for it, as a service manager's quick restart must.
-            if time.monotonic() < deadline and not _holder_alive(handle):
+            held = _record(handle)
+            if time.monotonic() < deadline and not _holder_alive(held):
                 time.sleep(0.1)
                 continue
-            busy = _describe(handle, folder)
+            busy = _describe(held, folder)
             handle.close()
             raise DataFolderBusy(busy) from None
     handle.seek(0)
@@ -93,26 +95,30 @@ def record_processes(folder: Path, processes: list[dict]) -> None:
 def server_processes(folder: Path) -> list[dict]:
     """The running server and the processes it recorded, each with `alive` (empty when no
     server runs)."""
-    if not (folder / LOCK_NAME).exists():
+    held = _holder_record(folder)
+    if held is None:
         return []
+    try:
+        others = json.loads((folder / PROCESSES_NAME).read_text() or "[]")
+    except (OSError, ValueError):
+        others = []
+    found = [{"role": "server", "pid": held.get("pid"), "since": held.get("since")}, *others]
+    for process in found:
+        process["alive"] = _alive(process.get("pid"))
+    return found
+
+
+def _holder_record(folder: Path) -> dict | None:
+    """The lock file's record while some process holds the folder; None when none does."""
+    if not (folder / LOCK_NAME).exists():
+        return None
     with _open(folder) as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                held = json.loads(handle.read() or "{}")
-            except ValueError:
-                held = {}
-            try:
-                others = json.loads((folder / PROCESSES_NAME).read_text() or "[]")
-            except (OSError, ValueError):
-                others = []
-            found = [{"role": "server", "pid": held.get("pid"), "since": held.get("since")}, *others]
-            for process in found:
-                process["alive"] = _alive(process.get("pid"))
-            return found
+            return _record(handle)
         fcntl.flock(handle, fcntl.LOCK_UN)
-    return []
+    return None
 
 
 def _alive(pid: object) -> bool:
@@ -129,12 +135,5 @@ def _alive(pid: object) -> bool:
 
 def running_server(folder: Path) -> str | None:
     """Who serves on the folder now, or None."""
-    if not (folder / LOCK_NAME).exists():
-        return None
-    with _open(folder) as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return _describe(handle, folder)
-        fcntl.flock(handle, fcntl.LOCK_UN)
-    return None
+    held = _holder_record(folder)
+    return _describe(held, folder) if held is not None else None

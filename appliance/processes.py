@@ -254,12 +254,9 @@ class DeliveryProcess:
 
     def _read(self) -> None:
         assert self._channel is not None
-        try:
-            data = self._channel.recv(65536)
-        except BlockingIOError:
+        data = _receive(self._channel)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._close_channel()
             self._ended.set()
@@ -274,6 +271,17 @@ class DeliveryProcess:
                 continue
             for outcome, endpoint, n in counts:
                 self.metrics.deliveries[(outcome, endpoint)] += n
+
+
+def _receive(channel: socket.socket) -> bytes | None:
+    """What the other process sent: None when nothing is there yet, b"" once it closed its end
+    (or ended)."""
+    try:
+        return channel.recv(65536)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
 
 
 def run_delivery_process(channel_fd: int) -> int:
@@ -306,6 +314,7 @@ def run_delivery_process(channel_fd: int) -> int:
     from appliance.runtime import open_runtime
     from appliance.services.tenant_settings import SettingsCache
     from appliance.crypto import SecretError
+    from uvicorn.loops.auto import auto_loop_factory
     from appliance.storage import StorageError
 
     try:
@@ -327,7 +336,7 @@ def run_delivery_process(channel_fd: int) -> int:
         gc.freeze()  # as `serve` does (appliance/cli.py)
         gc.set_threshold(10_000, 10, 10)
         channel.setblocking(False)
-        with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the server's loop (uvloop)
             runner.run(_deliver(worker, runtime.metrics, channel))
         return 0
     finally:
@@ -359,12 +368,9 @@ async def _deliver(worker, metrics: Metrics, channel: socket.socket) -> None:  #
     loop, stop = asyncio.get_running_loop(), asyncio.Event()
 
     def readable() -> None:
-        try:
-            data = channel.recv(4096)
-        except BlockingIOError:
+        data = _receive(channel)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if data:
             worker.wake()
             return
@@ -398,12 +404,3 @@ async def _report_counts(channel: socket.socket, metrics: Metrics, stop: asyncio
             return
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(stop.wait(), REPORT_SECONDS)
-
-
-def _loop_factory():  # noqa: ANN202 - an event loop class
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop
-    return uvloop.new_event_loop
-

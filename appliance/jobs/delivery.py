@@ -193,15 +193,8 @@ class DeliveryWorker:
         # A database that does not answer now (a full disk, an outage) is waited for, as the
         # loops do: given up, the job stayed `running` until the next start, its lead never
         # recorded delivered though the buyer had it.
-        outage = Outage(log, f"job {job.job_id} ({job.kind})")
-        while True:
-            try:
-                result = await self.runtime.store.write(fenced)
-            except StorageUnavailable as exc:
-                await asyncio.sleep(outage.failed(exc))
-                continue
-            outage.succeeded()
-            return result
+        return await Outage(log, f"job {job.job_id} ({job.kind})").retry(
+            lambda: self.runtime.store.write(fenced), None)  # type: ignore[return-value]
 
     # ---- loading --------------------------------------------------------------------------
 

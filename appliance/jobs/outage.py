@@ -36,9 +36,10 @@ class Outage:
             self.log.warning("%s resumed: the database answers again", self.what)
             self.wait = 0.0
 
-    async def retry(self, work: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T | None:
-        """`await work()` until it gets through (None when `stop` is set first)."""
-        while not stop.is_set():
+    async def retry(self, work: Callable[[], Awaitable[T]], stop: asyncio.Event | None) -> T | None:
+        """`await work()` until it gets through (None when `stop` is set first; without `stop`,
+        until it gets through or the task is cancelled)."""
+        while stop is None or not stop.is_set():
             try:
                 result = await work()
             except StorageUnavailable as exc:
@@ -46,6 +47,9 @@ class Outage:
             else:
                 self.succeeded()
                 return result
+            if stop is None:
+                await asyncio.sleep(wait)
+                continue
             try:
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             except TimeoutError:

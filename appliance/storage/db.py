@@ -74,9 +74,9 @@ class StorageUnavailable(StorageError):
         self.reason = reason
 
 
-def _wait_for_other_writers(conn: apsw.Connection, patience: float = _BUSY_TIMEOUT_MS / 1000) -> None:
-    """Wait up to `patience` seconds for another process's write lock (the delivery process's, see
-    appliance/processes.py), trying again every 0.1 ms at first. SQLite's own busy timeout sleeps 1, 2, 5,
+def _waiting_for_other_writers(patience: float) -> Callable[[int], bool]:
+    """A busy handler: wait up to `patience` seconds for another process's write lock (the delivery
+    process's, see appliance/processes.py), trying again every 0.1 ms at first. SQLite's own busy timeout sleeps 1, 2, 5,
     10... ms between tries: that sleep, not the other process's write (well under a millisecond),
     was what a waiting writer lost; measured with delivery in a process of its own (bench.product),
     submit-to-delivered p99 41-69 ms against 827 ms."""
@@ -94,11 +94,11 @@ def _wait_for_other_writers(conn: apsw.Connection, patience: float = _BUSY_TIMEO
         time.sleep(0.0001 if now - started < 0.005 else 0.001)
         return True
 
-    conn.setbusyhandler(busy)
+    return busy
 
 
 def _configure(conn: apsw.Connection, synchronous: str) -> None:
-    _wait_for_other_writers(conn)
+    conn.setbusyhandler(_waiting_for_other_writers(_BUSY_TIMEOUT_MS / 1000))
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA foreign_keys=ON")
@@ -120,6 +120,9 @@ class Database:
         # groups, or an event loop for a group it runs itself until the writer has committed it.
         self._write_owner = threading.Lock()
         self._loop_waiting: _LoopWrites | None = None  # a loop whose units wait for `_write_owner`
+        # Made once: a write connection switches between them for every group.
+        self._patient = _waiting_for_other_writers(_BUSY_TIMEOUT_MS / 1000)
+        self._brief = _waiting_for_other_writers(_LOOP_LOCK_PATIENCE_SECONDS)
         self._loop_writes: _LoopWrites | None = None
         self._closed = False
         self.changes: ChangeSignal | None = None
@@ -155,7 +158,7 @@ class Database:
             self._writer.join()
             self._writer = None
         if self._write_conn is not None:
-            _wait_for_other_writers(self._write_conn)
+            self._write_conn.setbusyhandler(self._patient)
             try:
                 self._write_conn.execute("PRAGMA optimize")
             except apsw.Error:  # a help for the next start, not a write of ours: a full disk or a
@@ -267,7 +270,7 @@ class Database:
             while not self._write_owner.acquire(timeout=_OWNER_POLL_SECONDS):
                 stopping = self._take_queued(conn, batch) or stopping
             try:
-                _wait_for_other_writers(conn)
+                conn.setbusyhandler(self._patient)
                 self._commit_batch(conn, batch)
             finally:
                 self._write_owner.release()
@@ -332,7 +335,7 @@ class Database:
             # commits takes; longer, and the writer thread waits. Handing every group that met the
             # delivery process's lock to the writer thread put 20-40 % of the groups there
             # (bench.product), where units run off the loop; with this wait, 5-10 %.
-            _wait_for_other_writers(conn, _LOOP_LOCK_PATIENCE_SECONDS)
+            conn.setbusyhandler(self._brief)
             outcomes = self._run_units(conn, batch)
         except BaseException:  # noqa: BLE001 - the writer thread runs the group again and reports
             try:
@@ -384,7 +387,7 @@ class Database:
         when that fails, the group goes round again unit by unit, as `_commit_batch` does."""
         outcomes = group.outcomes
         try:
-            _wait_for_other_writers(conn)  # the loop waited less for its BEGIN
+            conn.setbusyhandler(self._patient)  # the loop waited less for its BEGIN
             conn.execute("COMMIT")
         except apsw.Error:
             outcomes = []  # the callers hear from _commit_batch, which reports the failure if it recurs
