@@ -203,6 +203,12 @@ def test_own_process_doctor_lists_both_and_logs_name_them_and_sigterm_stops_both
     delivered = [line for line in serve.lines() if line["message"].startswith("delivered to")]
     assert len(delivered) == 5 and {(line["process"], line["pid"]) for line in delivered} == {("delivery", pid)}
 
+    def delivered_metric() -> float:  # the delivery process's counts, as the server's /metrics shows them
+        text = httpx.get(f"{serve.url}/metrics", timeout=10).text
+        found = re.search(r'^appliance_deliveries_total\{endpoint="buyer",outcome="success"\} (\S+)$', text, re.M)
+        return float(found.group(1)) if found else 0.0
+    wait_until(lambda: delivered_metric() == 5, 10, "/metrics counts the 5 deliveries", serve.log)
+
     serve.proc.send_signal(signal.SIGTERM)
     serve.proc.wait(20)
     # uvicorn re-raises the SIGTERM it handled after its clean shutdown (as tests/test_crash_safety.py
