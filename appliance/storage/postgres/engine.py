@@ -92,6 +92,10 @@ class ChangeListener:
             self._value += 1
         return self._value
 
+    def bump(self) -> None:
+        """This process made the change: its own caches see it now, not when its NOTIFY comes back."""
+        self._value += 1
+
     def _listen(self) -> None:
         while not self._stop.is_set():
             try:
@@ -226,6 +230,8 @@ class PgDatabase:
 
     def announce_admin_change(self) -> None:
         """Tell every process on this database that keys or tenant configuration changed."""
+        if self.changes is not None:
+            self.changes.bump()
         try:
             # Not under the writer lock: it writes nothing, and it is sent from request handlers.
             self.write_sync(lambda conn: conn.execute(f"NOTIFY {_CHANNEL}"), writer_lock=False)
