@@ -178,8 +178,13 @@ def test_unreadable_database_is_a_clear_error(tmp_path):
 
 # ---- groups run on the event loop (the units of coroutines), committed by the writer thread ----
 
-def _table(tmp_path, name="loop.db", sql="CREATE TABLE t (v INTEGER)"):
-    db = Database(tmp_path / name).open()
+# FULL commits on the writer thread (its fsync off the loop), NORMAL on the loop: the loop's
+# groups are tested both ways.
+both_commits = pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+
+
+def _table(tmp_path, name="loop.db", sql="CREATE TABLE t (v INTEGER)", synchronous="FULL"):
+    db = Database(tmp_path / name, synchronous=synchronous).open()
     db.write_sync(lambda c: c.execute(sql))
     return db
 
@@ -200,10 +205,11 @@ def _failing(conn):
 
 
 @pytest.mark.parametrize("may_refuse", [False, True])
-def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, may_refuse):
+@both_commits
+def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, synchronous, may_refuse):
     """Writes awaited together on one loop form one group run on the loop. A unit that may refuse
     fails alone; any other failure sends the group to the writer thread, unit by unit."""
-    with closing(_table(tmp_path)) as db:
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
         runs: list[int] = []
         threads: list[str] = []
         units = [_inserting(0, runs, threads), _failing, _inserting(1, runs, threads), _inserting(2, runs, threads)]
@@ -222,10 +228,23 @@ def test_a_loop_group_with_a_failing_unit_keeps_every_other_unit_once(tmp_path, 
             assert set(runs) == {0, 1, 2} and runs.count(0) > 1 and "appliance-writer" in threads
 
 
-def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
+@both_commits
+def test_a_loop_group_is_committed_off_the_loop_only_when_its_commit_syncs(tmp_path, synchronous):
+    """FULL fsyncs at COMMIT: the writer thread commits while the loop runs on. NORMAL only
+    writes the WAL: the loop commits its group itself."""
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
+        committed_on: list[str] = []
+        db.write_connection.setcommithook(lambda: committed_on.append(threading.current_thread().name) or False)
+        assert asyncio.run(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)") and 1)) == 1
+        assert committed_on == ["appliance-writer" if synchronous == "FULL" else threading.current_thread().name]
+        assert db.rows("SELECT v FROM t") == [(1,)]
+
+
+@both_commits
+def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path, synchronous):
     sql = ("CREATE TABLE p (id INTEGER PRIMARY KEY);"
            " CREATE TABLE k (p INTEGER REFERENCES p(id) DEFERRABLE INITIALLY DEFERRED)")
-    with closing(_table(tmp_path, sql=sql)) as db:
+    with closing(_table(tmp_path, sql=sql, synchronous=synchronous)) as db:
         async def together():
             return await asyncio.gather(db.write(lambda c: c.execute("INSERT INTO p VALUES (1)")),
                                         db.write(lambda c: c.execute("INSERT INTO k VALUES (7)")),
@@ -237,10 +256,11 @@ def test_a_loop_group_whose_commit_fails_answers_every_unit(tmp_path):
         assert db.write_sync(lambda c: c.execute("INSERT INTO p VALUES (2)") and 2) == 2  # the writer lives on
 
 
-def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path):
+@both_commits
+def test_loop_writes_wait_for_a_thread_that_holds_the_connection(tmp_path, synchronous):
     """A thread's write holds the write connection: the loop's units go to the writer thread
     and are committed after it, each once."""
-    with closing(_table(tmp_path)) as db:
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
         release, held = threading.Event(), threading.Event()
         hold = threading.Thread(target=db.write_sync, args=(lambda c: (held.set(), release.wait(10)),))
         hold.start()
@@ -290,10 +310,11 @@ def test_a_long_unit_written_off_the_loop_leaves_the_loop_running(tmp_path):
         assert db.rows("SELECT v FROM t ORDER BY v") == [(0,), (1,), (2,), (100,)]
 
 
-def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_path):
+@both_commits
+def test_another_process_holding_the_write_lock_never_blocks_the_event_loop(tmp_path, synchronous):
     """Another connection (another process: the CLI) holds the database's write lock: the loop
     keeps running, and the write lands once the lock is free."""
-    with closing(_table(tmp_path)) as db:
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
         other = apsw.Connection(str(tmp_path / "loop.db"))
         other.execute("BEGIN IMMEDIATE")
 
@@ -320,8 +341,9 @@ def test_a_write_after_close_is_a_storage_error(tmp_path):
         asyncio.run(db.write(lambda c: c.execute("INSERT INTO t VALUES (1)")))
 
 
-def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path):
-    with closing(_table(tmp_path)) as db:
+@both_commits
+def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path, synchronous):
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
         seen: list[int] = []
 
         def count_then_insert(conn):
@@ -342,10 +364,11 @@ def test_units_queued_while_a_loop_group_commits_form_the_next_group(tmp_path):
         assert db.rows("SELECT v FROM t ORDER BY v") == [(1,), (2,)]
 
 
-def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path):
+@both_commits
+def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path, synchronous):
     """Threads' writes (CLI, tests) and a loop's groups share the one connection; neither waits
     for the other forever."""
-    with closing(_table(tmp_path)) as db:
+    with closing(_table(tmp_path, synchronous=synchronous)) as db:
         stop = threading.Event()
         counts = [0] * 3
 
@@ -377,10 +400,11 @@ def test_thread_writes_and_loop_writes_at_the_same_time_all_complete(tmp_path):
         assert db.rows("SELECT count(*) FROM t WHERE v = 0") == [(sum(counts),)]
 
 
-def test_close_from_another_thread_lets_the_running_loop_group_commit(tmp_path):
+@both_commits
+def test_close_from_another_thread_lets_the_running_loop_group_commit(tmp_path, synchronous):
     """close() while a loop is running a group (a test thread closing the app's database): that
     group is committed and answered, and writes after close are refused, never left waiting."""
-    db = _table(tmp_path)
+    db = _table(tmp_path, synchronous=synchronous)
     running, closed, answers = threading.Event(), threading.Event(), {}
 
     def slow(conn):

@@ -3,7 +3,8 @@ connections.
 
 - Coroutines' write units run on their event loop's thread, all units of one loop turn (plus
   those queued while the previous group was committing) in one transaction; the writer thread
-  then COMMITs it, so the WAL write and its fsync never stall the loop.
+  then COMMITs it, so the fsync never stalls the loop. A connection whose COMMIT does not fsync
+  (synchronous=NORMAL, the delivery process's) commits on the loop itself.
 - Threads' units (CLI, tests) and any group the loop could not run (a unit that raised, another
   process holding the write lock) go to the writer thread, which runs and commits them.
 
@@ -20,6 +21,7 @@ import logging
 import os
 import queue
 import shutil
+import sys
 import threading
 import time
 import urllib.parse
@@ -52,6 +54,7 @@ _BUSY_GROUP = 4
 _BUSY_TIMEOUT_MS = 10_000
 _LOOP_LOCK_PATIENCE_SECONDS = 0.002
 _OWNER_POLL_SECONDS = 0.0005  # how long the writer thread waits for another process's write lock
+_SWITCH_INTERVAL_SECONDS = 0.0005
 _STOP = object()
 
 
@@ -110,6 +113,9 @@ class Database:
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
         self.path = Path(path)
         self.synchronous = synchronous.upper()
+        # FULL and EXTRA fsync the WAL at every COMMIT: that waits on the writer thread, off the
+        # event loop. NORMAL (the delivery process) writes the WAL only, and commits on the loop.
+        self._commit_syncs = self.synchronous in ("FULL", "EXTRA")
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
@@ -142,6 +148,12 @@ class Database:
         except apsw.Error as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from None
         self._write_conn = conn
+        # The writer thread needs the GIL twice a group (to take it, and after its COMMIT) while
+        # the event loop runs Python without pause under load: at the default 5 ms switch
+        # interval it waited 5 ms each time, the second time holding SQLite's write lock, which
+        # the other process then waited for too. At 0.5 ms: 0.6 ms (a loop thread busy in
+        # Python against a writer thread committing, p50).
+        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_SECONDS))
         self.changes = open_signal(self.path)
         self._writer = threading.Thread(target=self._write_loop, name="appliance-writer", daemon=True)
         self._writer.start()
@@ -330,6 +342,7 @@ class Database:
             _settle_all([(done, None, StorageError("the database is closed")) for _, done, _ in batch])
             return
         outcomes = None
+        committed = False
         try:
             # Another process's write lock is waited for on the loop only as long as one of its
             # commits takes; longer, and the writer thread waits. Handing every group that met the
@@ -337,18 +350,28 @@ class Database:
             # (bench.product), where units run off the loop; with this wait, 5-10 %.
             conn.setbusyhandler(self._brief)
             outcomes = self._run_units(conn, batch)
+            if outcomes is not None and not self._commit_syncs:
+                # No fsync at this COMMIT, only the WAL write: done here, the write lock is not
+                # held while the writer thread waits for the GIL to take the group over.
+                conn.execute("COMMIT")
+                committed = True
         except BaseException:  # noqa: BLE001 - the writer thread runs the group again and reports
             try:
                 if not conn.getautocommit():
                     conn.execute("ROLLBACK")
             except apsw.Error:
                 pass  # the writer thread's run reports the state of the connection
+            outcomes = None
         finally:
             if outcomes is None:  # the writer thread runs the group again, and reports the failure if it recurs
                 self._write_owner.release()
                 for item in batch:
                     self._queue.put(item)
-        if outcomes is not None:
+        if committed:
+            self._write_owner.release()
+            self._call_back_waiting_loop()  # another loop's (tests run one loop after another)
+            self._loop_group_done(pending, outcomes)
+        elif outcomes is not None:
             pending.committing = True
             self._queue.put(_LoopGroup(pending, batch, outcomes))
 
