@@ -103,7 +103,7 @@ class ApplianceApp(Litestar):
                 await super().__call__(scope, receive, send_with_id)
         finally:
             principal = state.get("principal")
-            runtime: Runtime = self.state.runtime
+            runtime: Runtime = self.state["runtime"]  # an item: cheaper than State's attributes
             route, seconds = scope.get("path_template") or "(unmatched)", time.perf_counter() - started
             runtime.metrics.observe_request(scope["method"], route, seconds)
             runtime.activity.append((
