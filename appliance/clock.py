@@ -23,6 +23,8 @@ _EPOCH_SECOND = ((719163, 0, 0, 0), "1970-01-01T00:00:00")
 # each replaced the other. One tuple, swapped whole, so threads never see a second with another
 # second's text.
 _recent: tuple[tuple[tuple[int, int, int, int], str], ...] = (_EPOCH_SECOND, _EPOCH_SECOND)
+# ".000Z" to ".999Z": looked up, a quarter of the cost of formatting them.
+_MILLIS = tuple(f".{ms:03d}Z" for ms in range(1000))
 
 
 def iso(moment: datetime) -> str:
@@ -39,7 +41,7 @@ def iso(moment: datetime) -> str:
     else:
         text = moment.isoformat(timespec="seconds")[:-6]  # without "+00:00"
         _recent = ((second, text), recent[0])
-    return f"{text}.{moment.microsecond // 1000:03d}Z"
+    return text + _MILLIS[moment.microsecond // 1000]
 
 
 def now_iso(clock: Clock | None = None) -> str:
