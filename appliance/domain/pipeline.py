@@ -16,7 +16,7 @@ from appliance.domain.lead import (
     AlternativeCampaign, Approval, CampaignSnapshot, JourneyEvent, QualificationOutcome, RoutingOutcome,
 )
 from appliance.domain.routing import choose_route
-from appliance.domain.rules import QualificationResult, matches, qualify
+from appliance.domain.rules import MISSING, IdentityCache, QualificationResult, matches, qualify
 
 PromptEvaluator = Callable[[Any, dict], bool | None]
 
@@ -45,7 +45,19 @@ def abbreviation(name: str | None) -> str | None:
     return initials or None
 
 
+# Every submission carries its campaign's snapshot, which depends on the campaign alone: one per
+# campaign object (configuration is never changed in place, and snapshots are not either).
+_SNAPSHOTS = IdentityCache()
+
+
 def snapshot(campaign: Campaign) -> CampaignSnapshot:
+    made = _SNAPSHOTS.get(campaign)
+    if made is MISSING:
+        made = _SNAPSHOTS.put(campaign, None, _snapshot(campaign))
+    return made
+
+
+def _snapshot(campaign: Campaign) -> CampaignSnapshot:
     client, offer = campaign.client, campaign.offer
     client_name = client.client_name if client else None
     offer_name = offer.offer_name if offer else None

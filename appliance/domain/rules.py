@@ -134,11 +134,20 @@ def _answer(questionnaire: Any, key: str) -> Any:
     return MISSING
 
 
+# (date of birth text, today, age) of the last call: a campaign's age rules (a minimum and a
+# maximum) read the same lead's age one after another. One tuple, swapped whole, for threads.
+_last_age: tuple[Any, Any, int | None] = (None, None, None)
+
+
 def _age_from(value: Any, today: date) -> int | None:
+    global _last_age
+    last = _last_age
+    if type(value) is str and last[0] == value and last[1] == today:
+        return last[2]
     dob = parse_date(value.strip()) if isinstance(value, str) else None
-    if dob is None or dob > today:
-        return None
-    return age_on(dob, today)
+    age = None if dob is None or dob > today else age_on(dob, today)
+    _last_age = (value, today, age)
+    return age
 
 
 def resolve(facts: Mapping[str, Any], path: str | None, today: date) -> Any:
@@ -404,17 +413,22 @@ def _fact_reader(path: str | None) -> Callable[[Mapping[str, Any], date], Any]:
     """`resolve` for one path, its branch chosen once."""
     if not path or path == "age":
         return lambda facts, today: resolve(facts, path, today)
+    # Facts are mostly text: a string is told absent here without the call to is_absent.
     if path.startswith(_QUESTIONNAIRE):
         key = path[len(_QUESTIONNAIRE):]
 
         def answer(facts: Mapping[str, Any], today: date) -> Any:
             value = _answer(facts.get("questionnaire"), key)
+            if type(value) is str:
+                return value if value.strip() else MISSING
             return MISSING if is_absent(value) else value
 
         return answer
 
     def walk(facts: Mapping[str, Any], today: date) -> Any:
         value = _walk(facts, path)
+        if type(value) is str:
+            return value if value.strip() else MISSING
         return MISSING if is_absent(value) else value
 
     return walk
@@ -615,7 +629,9 @@ def _plain_matcher(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check
     return _any_of(subs) if _is_or(logical_operator) else _all_of(subs)
 
 
-def _plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check | None:
+def plain_rules(logical_operator: str, sub_rules: Sequence[SubRule]) -> Check | None:
+    """`matches` of these sub-rules as one callable, made once per list; None when a condition
+    is a prompt (those take `matches`' general path)."""
     match = _PLAIN.get(sub_rules, logical_operator)
     if match is MISSING:
         prompted = any(cond.prompt for sub in sub_rules for cond in sub.conditions)
@@ -629,7 +645,7 @@ def matches(logical_operator: str, sub_rules: Sequence[SubRule], facts: Mapping[
             prompt_evaluator: PromptEvaluator | None = None) -> bool:
     """Whether the sub-rules combined by `logical_operator` match (routing rules share the
     shape of a rule set); the same skipping rules apply, with no severities."""
-    plain = _plain_rules(logical_operator, sub_rules)
+    plain = plain_rules(logical_operator, sub_rules)
     if plain is not None:
         return plain(facts, today, value_sets)
     return bool(_combine(_is_or(logical_operator),
@@ -658,7 +674,7 @@ def describe(cond: Condition) -> str:
 def _evaluate(rule_set: RuleSet, name: str | None, facts: Mapping[str, Any],
               value_sets: ValueSets, today: date,
               prompt_evaluator: PromptEvaluator | None) -> RuleSetResult:
-    plain = _plain_rules(rule_set.logical_operator, rule_set.sub_rules)
+    plain = plain_rules(rule_set.logical_operator, rule_set.sub_rules)
     if plain is not None and not plain(facts, today, value_sets):
         return RuleSetResult(name=name, matched=False)  # the usual case: no reasons to collect
     skipped: list[str] = []
@@ -700,15 +716,20 @@ def evaluate_rule_set(rule_set: RuleSet, facts: Mapping[str, Any], *,
 _APPLICABLE = IdentityCache()
 
 
-def _applicable(rule_sets: Iterable[RuleSet], applies_at: str) -> tuple[tuple[str, Check | None, RuleSet], ...]:
-    """(report name, plain matcher or None, rule set) of the active rule sets at `applies_at`."""
+def _applicable(rule_sets: Iterable[RuleSet],
+                applies_at: str) -> tuple[tuple[str, Check | None, RuleSet, RuleSetResult], ...]:
+    """(report name, plain matcher or None, rule set, its result when it does not match) of the
+    active rule sets at `applies_at`. The not-matched result is made once and shared by every
+    evaluation (results are never changed in place): most rule sets do not match most leads."""
     entries = _APPLICABLE.get(rule_sets, applies_at)
     if entries is not MISSING:
         return entries
     entries = tuple(
-        (rule_set.name or f"rule set {position}", _plain_rules(rule_set.logical_operator, rule_set.sub_rules), rule_set)
+        (name, plain_rules(rule_set.logical_operator, rule_set.sub_rules), rule_set,
+         RuleSetResult(name=name, matched=False))
         for position, rule_set in enumerate(rule_sets, 1)
-        if rule_set.is_active and rule_set.applies_at == applies_at)
+        if rule_set.is_active and rule_set.applies_at == applies_at
+        for name in (rule_set.name or f"rule set {position}",))
     if not isinstance(rule_sets, (list, tuple)):  # a one-off iterable: nothing to key a cache by
         return entries
     return _APPLICABLE.put(rule_sets, applies_at, entries)
@@ -728,9 +749,9 @@ def qualify(rule_sets: Iterable[RuleSet], facts: Mapping[str, Any], *,
     failed = 0
     disqualified: RuleSetResult | None = None
     review: RuleSetResult | None = None
-    for name, plain, rule_set in _applicable(rule_sets, applies_at):
+    for name, plain, rule_set, unmatched in _applicable(rule_sets, applies_at):
         if plain is not None and not plain(facts, today, value_sets):
-            results.append(RuleSetResult(name=name, matched=False))  # the usual case
+            results.append(unmatched)  # the usual case
             continue
         result = _evaluate(rule_set, name, facts, value_sets, today, prompt_evaluator)
         results.append(result)

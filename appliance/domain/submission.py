@@ -88,11 +88,14 @@ def is_timestamp(value: Any) -> bool:
 
 
 def _check_objects(body: SubmitLead, problems: list[str]) -> None:
+    # `key in` before reading: most known keys are absent, and a test costs less than a get() call.
+    attribution = body.attribution or {}
     for key in _ATTRIBUTION_TEXT:
-        value = (body.attribution or {}).get(key)
-        if value is not None and not isinstance(value, str):
-            problems.append(f"attribution.{key}: expected str")
-    params = (body.attribution or {}).get("params")
+        if key in attribution:
+            value = attribution[key]
+            if value is not None and not isinstance(value, str):
+                problems.append(f"attribution.{key}: expected str")
+    params = attribution.get("params")
     if params is not None and not isinstance(params, dict):
         problems.append("attribution.params: expected object")
     compliance = body.compliance or {}
@@ -104,9 +107,10 @@ def _check_objects(body: SubmitLead, problems: list[str]) -> None:
     if "trustedForm" in compliance:  # the claim's outcome: written by the appliance only
         problems.append("compliance.trustedForm: set by the appliance when it verifies the certificate")
     for key in _COMPLIANCE_TEXT:
-        value = compliance.get(key)
-        if value is not None and not isinstance(value, str):
-            problems.append(f"compliance.{key}: expected str")
+        if key in compliance:
+            value = compliance[key]
+            if value is not None and not isinstance(value, str):
+                problems.append(f"compliance.{key}: expected str")
 
 
 def _field_rule_problems(entry: FieldLibraryEntry, value: Any, path: str) -> list[str]:
@@ -197,9 +201,12 @@ def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, l
         problems.append("timezone: unknown IANA time zone")
     _check_objects(body, problems)
 
-    submitted = [QuestionAnswer(**entry) for entry in questionnaire_entries(
-        body.questionnaire if isinstance(body.questionnaire, dict)
-        else [msgspec.to_builtins(item) for item in body.questionnaire], labels)]
+    if isinstance(body.questionnaire, dict):  # questionnaire_entries' object form, without its dicts
+        submitted = [QuestionAnswer(key=key, question=labels.get(key) or key, answer=answer)
+                     for key, answer in body.questionnaire.items()]
+    else:
+        submitted = [QuestionAnswer(**entry) for entry in questionnaire_entries(
+            [msgspec.to_builtins(item) for item in body.questionnaire], labels)]
     questionnaire = submitted
     if base is not None and base.questionnaire:
         replaced = {entry.key for entry in submitted if entry.key}
