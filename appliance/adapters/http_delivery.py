@@ -69,6 +69,7 @@ MASK: Final = "***"
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
+@functools.lru_cache(maxsize=1024)  # every delivery records it: parsed once per URL, as parse_target
 def display_url(url: str | None) -> str | None:
     """`url` as it may be recorded: no userinfo, no fragment, secret-looking query values masked."""
     if not url:

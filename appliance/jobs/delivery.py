@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import unquote
 
 import httpx
@@ -63,6 +63,24 @@ class OpenedEndpoint:
     missing: list[str]  # credential fields the endpoint needs and the store does not have
 
 
+class Loaded(NamedTuple):
+    """A job's lead and submission as first read, rows and records: a write unit that reads a
+    row again and finds it unchanged takes the record instead of decoding the row again."""
+    lead_row: tuple
+    lead: LeadRecord
+    submission_row: tuple
+    submission: Submission
+
+    def lead_in(self, tx: Session, tenant_id: str) -> LeadRecord | None:
+        row = tx.leads.lead_row(tenant_id, self.lead.lead_id)
+        return self.lead if row == self.lead_row else tx.leads.lead_of(row) if row is not None else None
+
+    def submission_in(self, tx: Session, tenant_id: str) -> Submission | None:
+        row = tx.leads.submission_row(tenant_id, self.submission.submission_id)
+        return self.submission if row == self.submission_row else \
+            tx.leads.submission_of(row) if row is not None else None
+
+
 @dataclass(frozen=True)
 class Attempt:
     """One job's lead and submission as loaded; a step that changes them makes a new Attempt
@@ -72,6 +90,7 @@ class Attempt:
     submission: Submission
     settings: TenantSettings
     now: datetime
+    loaded: Loaded  # as read from the store, before any step changed them
     events: tuple = ()  # journey events of earlier steps, written with the next settle
 
 
@@ -200,12 +219,14 @@ class DeliveryWorker:
 
     def _load(self, job: Job) -> Attempt | None:
         tx = self.runtime.store.reader()
-        lead = tx.leads.get_lead(job.tenant_id, job.lead_id)
-        submission = tx.leads.get_submission(job.tenant_id, job.submission_id)
-        if lead is None or submission is None:
+        lead_row = tx.leads.lead_row(job.tenant_id, job.lead_id)
+        submission_row = tx.leads.submission_row(job.tenant_id, job.submission_id)
+        if lead_row is None or submission_row is None:
             return None
+        lead, submission = tx.leads.lead_of(lead_row), tx.leads.submission_of(submission_row)
         settings = self.settings.get(job.tenant_id, tx.tenants.config_rev(job.tenant_id))
-        return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now())
+        return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now(),
+                       loaded=Loaded(lead_row, lead, submission_row, submission))
 
     def _endpoint(self, attempt: Attempt, endpoint_id: str | None) -> OpenedEndpoint | None:
         if not endpoint_id:
@@ -636,12 +657,14 @@ class DeliveryWorker:
         `endpoint_id`: the endpoint a delivery went to (its revenue is booked to it)."""
         tenant_id, now_dt = attempt.job.tenant_id, self.runtime.clock.now()
         now = iso(now_dt)
-        if tx.jobs.job_state(attempt.job.job_id) == "cancelled":
+        # Finished first: only a running job finishes, so the state is read only when it did not
+        # (one statement less per delivery).
+        finished = job_state is not None and tx.jobs.finish(attempt.job.job_id, job_state, now,
+                                                            None if job_state == "done" else reason)
+        if not finished and tx.jobs.job_state(attempt.job.job_id) == "cancelled":
             # An operator changed the lead while this attempt ran: keep their status, note ours.
             status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
-        elif job_state is not None:
-            tx.jobs.finish(attempt.job.job_id, job_state, now, None if job_state == "done" else reason)
-        submission = tx.leads.get_submission(tenant_id, attempt.submission.submission_id) or attempt.submission
+        submission = attempt.loaded.submission_in(tx, tenant_id) or attempt.submission
         changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
         if outcome is not None:
             posting, delivery, result = outcome
@@ -664,14 +687,14 @@ class DeliveryWorker:
         earn(tx, attempt.settings, tenant_id, attempt.lead, submission.submission_id, (status,), now_dt,
              campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price,
              endpoint_id=endpoint_id)
-        lead = tx.leads.get_lead(tenant_id, attempt.lead.lead_id)
-        if lead is None or lead.submission_count != submission.submission_number:
+        stored = attempt.loaded.lead_in(tx, tenant_id)
+        if stored is None or stored.submission_count != submission.submission_number:
             return  # a newer submission owns the lead's status
-        changed = lead.status != status
-        lead = msgspec.structs.replace(lead, status=status, campaign_id=submission.campaign.campaign_id,
+        changed = stored.status != status
+        lead = msgspec.structs.replace(stored, status=status, campaign_id=submission.campaign.campaign_id,
                                        client_id=submission.campaign.client_id, offer_id=submission.campaign.offer_id,
                                        updated_at=now)
-        tx.leads.update_lead(tenant_id, lead)
+        tx.leads.update_lead(tenant_id, lead, was=stored)
         if changed:  # a lead queued again (a cap still full) is not news
             record_lead_events(tx, attempt.settings, tenant_id, lead, submission, (status,), now)
 

@@ -46,6 +46,17 @@ def _submission_row(tenant_id: str, submission: Submission) -> tuple:
             submission.updated_at, _SUBMISSIONS.pack(submission))
 
 
+def _was(conn: apsw.Connection, tenant_id: str, lead_id: str) -> tuple | None:
+    """What `update_lead` adjusts the report counts from: the stored lead's status, dimensions
+    and creation time."""
+    return conn.execute("SELECT status, campaign_id, client_id, source_id, created_at FROM leads"
+                        " WHERE tenant_id = ? AND lead_id = ?", (tenant_id, lead_id)).fetchone()
+
+
+def _was_of(lead: LeadRecord) -> tuple:
+    return lead.status, lead.campaign_id, lead.client_id, lead.source_id, lead.created_at
+
+
 @dataclass(frozen=True)
 class LeadFilter:
     campaign_ids: tuple[str, ...] = ()
@@ -91,18 +102,18 @@ class Leads:
         count_leads(self._conn, tenant_id, Counter(
             (lead.created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status) for lead in leads))
 
-    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
-        was = self._conn.execute(
-            "SELECT status, campaign_id, client_id, source_id, created_at FROM leads"
-            " WHERE tenant_id = ? AND lead_id = ?", (tenant_id, lead.lead_id)).fetchone()
+    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False,
+                    was: LeadRecord | None = None) -> None:
+        """`was`: the stored lead as this transaction read it (its row is then not read again)."""
+        stored = _was(self._conn, tenant_id, lead.lead_id) if was is None else _was_of(was)
         self._conn.execute(
             "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
             " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?",
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         )
-        if was is not None and was[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
-            status, campaign_id, client_id, source_id, created_at = was
+        if stored is not None and stored[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+            status, campaign_id, client_id, source_id, created_at = stored
             count_lead(self._conn, tenant_id, created_at, campaign_id, client_id, source_id, status, -1)
             count_lead(self._conn, tenant_id, created_at, lead.campaign_id, lead.client_id, lead.source_id,
                        lead.status, 1)
@@ -113,9 +124,18 @@ class Leads:
                 self._conn.execute("INSERT INTO leads_names(rowid, name) VALUES (?, ?)", (rowid, names))
 
     def get_lead(self, tenant_id: str, lead_id: str) -> LeadRecord | None:
-        found = self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
-                                   (lead_id, tenant_id)).fetchone()
+        found = self.lead_row(tenant_id, lead_id)
         return _LEADS.unpack(found) if found else None
+
+    def lead_row(self, tenant_id: str, lead_id: str) -> tuple | None:
+        """The lead's row as stored, `lead_of` its record: two reads of an unchanged lead give
+        equal rows, so a reader holding the first's record need not decode the second."""
+        return self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
+                                  (lead_id, tenant_id)).fetchone()
+
+    @staticmethod
+    def lead_of(row: tuple) -> LeadRecord:
+        return _LEADS.unpack(row)
 
     def get_leads(self, tenant_id: str, lead_ids: Sequence[str]) -> list[LeadRecord]:
         found: list[LeadRecord] = []
@@ -159,11 +179,19 @@ class Leads:
         )
 
     def get_submission(self, tenant_id: str, submission_id: str) -> Submission | None:
-        found = self._conn.execute(
+        found = self.submission_row(tenant_id, submission_id)
+        return _SUBMISSIONS.unpack(found) if found else None
+
+    def submission_row(self, tenant_id: str, submission_id: str) -> tuple | None:
+        """The submission's row as stored, `submission_of` its record (see `lead_row`)."""
+        return self._conn.execute(
             f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
             (submission_id, tenant_id)
         ).fetchone()
-        return _SUBMISSIONS.unpack(found) if found else None
+
+    @staticmethod
+    def submission_of(row: tuple) -> Submission:
+        return _SUBMISSIONS.unpack(row)
 
     def submissions_of(self, tenant_id: str, lead_id: str) -> list[Submission]:
         return [_SUBMISSIONS.unpack(row) for row in self._conn.execute(

@@ -29,6 +29,8 @@ from appliance.storage.leads import (
     Leads,
     _lead_row,
     _names,
+    _was,
+    _was_of,
 )
 from appliance.storage.ledger import Ledger
 from appliance.storage.postgres.connection import PgConnection
@@ -98,18 +100,18 @@ class PgLeads(Leads):
         count_leads(self._conn, tenant_id, Counter(
             (lead.created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status) for lead in leads))
 
-    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False) -> None:
-        was = self._conn.execute(
-            "SELECT status, campaign_id, client_id, source_id, created_at FROM leads"
-            " WHERE tenant_id = ? AND lead_id = ?", (tenant_id, lead.lead_id)).fetchone()
+    def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False,
+                    was: LeadRecord | None = None) -> None:
+        """`was`: the stored lead as this transaction read it (its row is then not read again)."""
+        stored = _was(self._conn, tenant_id, lead.lead_id) if was is None else _was_of(was)
         found = self._conn.execute(
             "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
             " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ? RETURNING seq",
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         ).fetchone()
-        if was is not None and was[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
-            status, campaign_id, client_id, source_id, created_at = was
+        if stored is not None and stored[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+            status, campaign_id, client_id, source_id, created_at = stored
             count_leads(self._conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): -1,
                                                 (created_at, lead.campaign_id, lead.client_id, lead.source_id,
                                                  lead.status): 1})
