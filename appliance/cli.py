@@ -34,7 +34,8 @@ from appliance.processes import DeliveryProcess, run_delivery_process
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
 from appliance.storage import (
-    MIGRATIONS, StorageError, copy_to_postgresql, inspect_backup, redact_url, restore_database, restore_to_postgresql,
+    MIGRATIONS, StorageError, copy_to_postgresql, hand_over_the_gil_quickly, inspect_backup, redact_url, restore_database,
+    restore_to_postgresql,
 )
 
 
@@ -189,6 +190,7 @@ def _serve(config: Config, host: str | None, port: int | None,
         # at the default threshold (700) the young generation was collected every few submits,
         # ~10 us of each (bench/README.md). Cycles still go, a few thousand objects later.
         gc.set_threshold(10_000, 10, 10)
+        hand_over_the_gil_quickly()  # to the database's writer thread
         # One HTTP process: SQLite has one writer, and intake's processes would only fight over
         # its lock; delivery may have a process of its own (appliance/processes.py). No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).

@@ -51,6 +51,7 @@ from appliance.clock import iso
 from appliance.config import Config
 from appliance.instance_lock import record_processes
 from appliance.metrics import Metrics
+from appliance.storage import hand_over_the_gil_quickly
 
 log = logging.getLogger("appliance.processes")
 
@@ -335,6 +336,7 @@ def run_delivery_process(channel_fd: int) -> int:
         gc.collect()
         gc.freeze()  # as `serve` does (appliance/cli.py)
         gc.set_threshold(10_000, 10, 10)
+        hand_over_the_gil_quickly()  # to the database's writer thread, as `serve` does
         channel.setblocking(False)
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the server's loop (uvloop)
             runner.run(_deliver(worker, runtime.metrics, channel))

@@ -4,6 +4,7 @@ statuses land on the lead and its submission. Time is moved with a fake clock.""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -219,3 +220,23 @@ def test_jobs_survive_a_restart_and_interrupted_ones_run_again(runtime, clock, t
     with live_app(runtime, tmp_path) as client:
         for data in (waiting, interrupted):
             wait_for(client, tenant, data["leadId"], status_is("delivered"))
+
+
+def test_a_delivery_answered_after_an_operator_changed_the_lead_keeps_the_operators_status(live, runtime):
+    """The buyer answers after the lead's submission was set to failed by hand: the answer is
+    noted in the journey (`delivered_after_cancel`), the operator's status stays, the job stays
+    cancelled."""
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
+    data = submit(live, tenant, lead_body("DL1", "sleep:0.6"))
+    deadline = time.monotonic() + 5
+    while [state for _, state, _ in jobs(runtime, data["submissionId"])] != ["running"]:
+        assert time.monotonic() < deadline, jobs(runtime, data["submissionId"])
+        time.sleep(0.01)
+    changed = live.patch(f"/api/v1/submissions/{data['submissionId']}", headers=tenant.headers,
+                         json={"status": "failed"})
+    assert changed.status_code == 200, changed.text
+    lead = wait_for(live, tenant, data["leadId"], lambda found: any(
+        e["type"] == "delivered_after_cancel" for e in found["submissions"][0]["journeyEvents"]))
+    assert lead["status"] == "failed" and lead["submissions"][0]["status"] == "failed"
+    assert [state for _, state, _ in jobs(runtime, data["submissionId"])] == ["cancelled"]

@@ -10,7 +10,9 @@ from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
 from appliance.storage.console_sessions import ConsoleSessionRecord
-from appliance.storage.db import StorageError, StorageUnavailable, UnstorableText, inspect_backup, restore_database
+from appliance.storage.db import (
+    StorageError, StorageUnavailable, UnstorableText, hand_over_the_gil_quickly, inspect_backup, restore_database,
+)
 from appliance.storage.imports import MAX_ERRORS as MAX_IMPORT_ERRORS, ImportRecord
 from appliance.storage.jobs import ClaimLost, Job
 from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
@@ -67,5 +69,5 @@ __all__ = [
     "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
     "ClaimLost", "Message", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
-    "restore_database",
+    "restore_database", "hand_over_the_gil_quickly",
 ]

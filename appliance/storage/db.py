@@ -4,7 +4,8 @@ connections.
 - Coroutines' write units run on their event loop's thread, all units of one loop turn (plus
   those queued while the previous group was committing) in one transaction; the writer thread
   then COMMITs it, so the fsync never stalls the loop. A connection whose COMMIT does not fsync
-  (synchronous=NORMAL, the delivery process's) commits on the loop itself.
+  (WAL with synchronous=NORMAL, the delivery process's) commits on the loop itself, except when
+  the WAL is due a checkpoint, which fsyncs: that group, and the checkpoint, go to the writer thread.
 - Threads' units (CLI, tests) and any group the loop could not run (a unit that raised, another
   process holding the write lock) go to the writer thread, which runs and commits them.
 
@@ -55,6 +56,7 @@ _BUSY_TIMEOUT_MS = 10_000
 _LOOP_LOCK_PATIENCE_SECONDS = 0.002
 _OWNER_POLL_SECONDS = 0.0005  # how long the writer thread waits for another process's write lock
 _SWITCH_INTERVAL_SECONDS = 0.0005
+_CHECKPOINT_PAGES = 1000  # SQLite's own automatic checkpoint size (wal_autocheckpoint)
 _STOP = object()
 
 
@@ -100,6 +102,24 @@ def _waiting_for_other_writers(patience: float) -> Callable[[int], bool]:
     return busy
 
 
+def hand_over_the_gil_quickly() -> None:
+    """For a serving process: its writer thread needs the GIL twice a group (to take the group
+    over, and after its COMMIT) while the event loop runs Python without pause under load. At the
+    default 5 ms switch interval it waited 5 ms each time, the first time holding SQLite's write
+    lock, which the other process then waited for too. At 0.5 ms: 0.6 ms (a loop thread busy in
+    Python against a writer thread committing, p50; bench/README.md)."""
+    sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_SECONDS))
+
+
+def _commits_without_sync(conn: apsw.Connection) -> bool:
+    """WAL with synchronous=NORMAL (or OFF): a COMMIT writes the WAL and does not fsync it. As the
+    connection reports it: a file system without WAL support keeps a rollback journal, whose
+    COMMIT fsyncs at NORMAL too."""
+    mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    level = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return str(mode).lower() == "wal" and int(level) <= 1
+
+
 def _configure(conn: apsw.Connection, synchronous: str) -> None:
     conn.setbusyhandler(_waiting_for_other_writers(_BUSY_TIMEOUT_MS / 1000))
     conn.execute("PRAGMA journal_mode=WAL")
@@ -113,9 +133,9 @@ class Database:
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
         self.path = Path(path)
         self.synchronous = synchronous.upper()
-        # FULL and EXTRA fsync the WAL at every COMMIT: that waits on the writer thread, off the
-        # event loop. NORMAL (the delivery process) writes the WAL only, and commits on the loop.
-        self._commit_syncs = self.synchronous in ("FULL", "EXTRA")
+        # Whether a COMMIT waits for the disk (set at open: see _commits_without_sync).
+        self._commit_syncs = True
+        self._checkpoint_due = False
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._local = threading.local()
         self._readers: list[apsw.Connection] = []
@@ -148,12 +168,11 @@ class Database:
         except apsw.Error as exc:
             raise StorageError(f"cannot open database {self.path}: {exc}") from None
         self._write_conn = conn
-        # The writer thread needs the GIL twice a group (to take it, and after its COMMIT) while
-        # the event loop runs Python without pause under load: at the default 5 ms switch
-        # interval it waited 5 ms each time, the second time holding SQLite's write lock, which
-        # the other process then waited for too. At 0.5 ms: 0.6 ms (a loop thread busy in
-        # Python against a writer thread committing, p50).
-        sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_SECONDS))
+        self._commit_syncs = not _commits_without_sync(conn)
+        if not self._commit_syncs:
+            # SQLite checkpoints the WAL on the connection whose COMMIT made it large, and a
+            # checkpoint fsyncs: noted here instead, and run on the writer thread.
+            conn.setwalhook(self._note_wal_size)
         self.changes = open_signal(self.path)
         self._writer = threading.Thread(target=self._write_loop, name="appliance-writer", daemon=True)
         self._writer.start()
@@ -284,6 +303,7 @@ class Database:
             try:
                 conn.setbusyhandler(self._patient)
                 self._commit_batch(conn, batch)
+                self._checkpoint_if_due(conn)
             finally:
                 self._write_owner.release()
                 self._call_back_waiting_loop()
@@ -316,8 +336,9 @@ class Database:
 
     # ---- groups run on the event loop ------------------------------------------------------
     # Units queued by coroutines run on their event loop's thread, and only the COMMIT (the WAL
-    # write and its fsync) on the writer thread. Running them on the writer thread made the two
-    # threads trade the GIL at every SQL statement on one busy core (bench/README.md).
+    # write and its fsync) on the writer thread, or on the loop when it does not fsync. Running
+    # them on the writer thread made the two threads trade the GIL at every SQL statement on one
+    # busy core (bench/README.md).
 
     def _run_on_loop(self, pending: _LoopWrites) -> None:
         pending.scheduled = False
@@ -350,7 +371,7 @@ class Database:
             # (bench.product), where units run off the loop; with this wait, 5-10 %.
             conn.setbusyhandler(self._brief)
             outcomes = self._run_units(conn, batch)
-            if outcomes is not None and not self._commit_syncs:
+            if outcomes is not None and not self._commit_syncs and not self._checkpoint_due:
                 # No fsync at this COMMIT, only the WAL write: done here, the write lock is not
                 # held while the writer thread waits for the GIL to take the group over.
                 conn.execute("COMMIT")
@@ -412,6 +433,7 @@ class Database:
         try:
             conn.setbusyhandler(self._patient)  # the loop waited less for its BEGIN
             conn.execute("COMMIT")
+            self._checkpoint_if_due(conn)
         except apsw.Error:
             outcomes = []  # the callers hear from _commit_batch, which reports the failure if it recurs
             try:
@@ -430,6 +452,21 @@ class Database:
             if not group.pending.loop.is_closed():
                 raise
             group.pending.committing = False  # that loop has closed: nobody waits for these results
+
+    def _note_wal_size(self, _conn: apsw.Connection, _name: str, pages: int) -> int:
+        """SQLite's WAL hook, after each commit, in place of its automatic checkpoint."""
+        if pages >= _CHECKPOINT_PAGES:
+            self._checkpoint_due = True
+        return apsw.SQLITE_OK
+
+    def _checkpoint_if_due(self, conn: apsw.Connection) -> None:
+        """On the writer thread, holding the connection: the checkpoint SQLite would have run."""
+        if self._checkpoint_due:
+            self._checkpoint_due = False
+            try:
+                conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            except apsw.Error:
+                pass  # as SQLite's own: the next commit past the size asks again
 
     def _call_back_waiting_loop(self) -> None:
         """After the writer thread let the connection go: the loop whose units wait for it runs them."""
