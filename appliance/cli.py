@@ -5,7 +5,6 @@ create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
-import gc
 import itertools
 import json
 import re
@@ -30,12 +29,11 @@ from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
 from appliance.instance_lock import DataFolderBusy, hold, running_server, server_processes
 from appliance.plugins import PluginError
-from appliance.processes import DeliveryProcess, run_delivery_process
+from appliance.processes import DeliveryProcess, run_delivery_process, settle_for_serving
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
 from appliance.storage import (
-    MIGRATIONS, StorageError, copy_to_postgresql, hand_over_the_gil_quickly, inspect_backup, redact_url, restore_database,
-    restore_to_postgresql,
+    MIGRATIONS, StorageError, copy_to_postgresql, inspect_backup, redact_url, restore_database, restore_to_postgresql,
 )
 
 
@@ -181,16 +179,7 @@ def _serve(config: Config, host: str | None, port: int | None,
     try:
         if banner:
             banner(url)
-        # What exists now (modules, config, routes, the OpenAPI document) lives as long as the
-        # process: out of the collector's sight, a full collection no longer walks it. Measured
-        # (bench.submit, alternating runs): submit p99 38-42 ms instead of 51-53 ms.
-        gc.collect()
-        gc.freeze()
-        # A submit allocates a few hundred tracked objects, nearly all freed by reference counts;
-        # at the default threshold (700) the young generation was collected every few submits,
-        # ~10 us of each (bench/README.md). Cycles still go, a few thousand objects later.
-        gc.set_threshold(10_000, 10, 10)
-        hand_over_the_gil_quickly()  # to the database's writer thread
+        settle_for_serving()
         # One HTTP process: SQLite has one writer, and intake's processes would only fight over
         # its lock; delivery may have a process of its own (appliance/processes.py). No proxy
         # header rewriting: nothing here reads the client address (limits are per API key).

@@ -9,8 +9,8 @@ bench/buyer.py on loopback) in a temporary data dir and starts the buyer as a su
 round first commits `leads` submits through the app's ASGI (`create_app(..., background=False)`:
 no worker runs, the leads wait as deliver jobs), then runs the real worker as `appliance
 _deliver` runs it (its own runtime on the same database with `synchronous = NORMAL`, the plugins'
-registry, `SettingsCache`, `gc.freeze()`, the 0.5 ms switch interval, uvicorn's loop choice,
-`[delivery] concurrency`) until the buyer holds every qualified lead of the round. Prints CPU us per delivered lead of the
+registry, `SettingsCache`, `settle_for_serving()`: the collector and the switch interval, uvicorn's
+loop choice, `[delivery] concurrency`) until the buyer holds every qualified lead of the round. Prints CPU us per delivered lead of the
 process and per thread (a warm-up round of 500 leads comes first). `--profile` adds one more round
 under cProfile and prints the table of the event-loop thread, or with `--writer` of the database
 writer thread (cProfile sees one thread at a time)."""
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
-import gc
 import itertools
 import json
 import pstats
@@ -40,7 +39,7 @@ from appliance.plugins import load_plugins
 from appliance.runtime import create_runtime, open_runtime
 from appliance.services import tenancy
 from appliance.services.tenant_settings import SettingsCache
-from appliance.storage import hand_over_the_gil_quickly
+from appliance.processes import settle_for_serving
 from bench.delivery import buyer_get
 from bench.loadgen import free_port, wait_for_port
 from bench.product import bundle
@@ -114,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 worker = DeliveryWorker(runtime, SettingsCache(runtime.store,
                                                                plugins_listen=registry.listens_to_lead_events),
                                         registry, concurrency=max(delivery_config.delivery.concurrency, 1))
-                gc.collect()
-                gc.freeze()
-                gc.set_threshold(10_000, 10, 10)
-                hand_over_the_gil_quickly()
+                settle_for_serving()
                 serial = itertools.count(1)
                 delivered_total = 0
 

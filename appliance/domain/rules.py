@@ -136,15 +136,17 @@ def _answer(questionnaire: Any, key: str) -> Any:
 
 # (date of birth text, today, age) of the last call: a campaign's age rules (a minimum and a
 # maximum) read the same lead's age one after another. One tuple, swapped whole, for threads.
-_last_age: tuple[Any, Any, int | None] = (None, None, None)
+_last_age: tuple[str | None, date | None, int | None] = (None, None, None)
 
 
 def _age_from(value: Any, today: date) -> int | None:
     global _last_age
+    if not isinstance(value, str):
+        return None
     last = _last_age
-    if type(value) is str and last[0] == value and last[1] == today:
+    if last[0] == value and last[1] == today:
         return last[2]
-    dob = parse_date(value.strip()) if isinstance(value, str) else None
+    dob = parse_date(value.strip())
     age = None if dob is None or dob > today else age_on(dob, today)
     _last_age = (value, today, age)
     return age

@@ -201,12 +201,9 @@ def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, l
         problems.append("timezone: unknown IANA time zone")
     _check_objects(body, problems)
 
-    if isinstance(body.questionnaire, dict):  # questionnaire_entries' object form, without its dicts
-        submitted = [QuestionAnswer(key=key, question=labels.get(key) or key, answer=answer)
-                     for key, answer in body.questionnaire.items()]
-    else:
-        submitted = [QuestionAnswer(**entry) for entry in questionnaire_entries(
-            [msgspec.to_builtins(item) for item in body.questionnaire], labels)]
+    submitted = [QuestionAnswer(**entry) for entry in questionnaire_entries(
+        body.questionnaire if isinstance(body.questionnaire, dict)
+        else [msgspec.to_builtins(item) for item in body.questionnaire], labels)]
     questionnaire = submitted
     if base is not None and base.questionnaire:
         replaced = {entry.key for entry in submitted if entry.key}
