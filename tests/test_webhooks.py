@@ -17,7 +17,7 @@ import pytest
 from litestar.testing import TestClient
 from standardwebhooks.webhooks import Webhook as Verifier
 
-from appliance.domain.webhooks import RETRY_SCHEDULE
+from appliance.domain.webhooks import RETRY_SCHEDULE, lane_of
 from appliance.jobs.ticker import purge_old_activity
 from appliance.runtime import Runtime
 from tests.api_helpers import samples
@@ -224,17 +224,28 @@ def test_a_receiver_down_for_an_hour_gets_every_event_afterwards_in_order_per_le
     for lead_id in leads:
         wait_for(live, tenant, lead_id, status_is("delivered"))
     clock: FakeClock = runtime.clock
-    assert wait_until(lambda: len(receiver.requests_to("/hooks")) > 0, 5)
+
+    def newest_attempts() -> dict[str, dict]:
+        newest: dict[str, dict] = {}
+        for attempt in deliveries(live, tenant, hook["webhookId"], "?limit=100"):  # newest first
+            newest.setdefault(attempt["eventId"], attempt)
+        return newest
+
+    def heads_recorded() -> bool:
+        # The receiver answers before the sender records the attempt: the next step is read only
+        # once every lane's head has a recorded attempt since the clock last moved.
+        newest = newest_attempts()
+        return len(newest) == len({lane_of(lead_id) for lead_id in leads}) and all(
+            a["nextAttemptAt"] and datetime.fromisoformat(a["nextAttemptAt"]) > clock.now() for a in newest.values())
+
+    assert wait_until(heads_recorded, 15)
     down_for = 0.0
     while down_for < 3700:  # each lane's head is tried on the schedule, the rest of its lane waits
-        time.sleep(0.3)
-        waits = [a for a in deliveries(live, tenant, hook["webhookId"], "?limit=100") if a["state"] == "retrying"]
+        waits = newest_attempts().values()
         step = (max(datetime.fromisoformat(a["nextAttemptAt"]) for a in waits) - clock.now()).total_seconds() + 1
-        tried = len(receiver.requests_to("/hooks"))
         clock.advance(seconds=step)
         down_for += step
-        assert wait_until(lambda: len(receiver.requests_to("/hooks")) > tried, 5)
-    time.sleep(0.3)
+        assert wait_until(heads_recorded, 15)
     heads_tried = len(receiver.requests_to("/hooks"))
     assert heads_tried < 6 * 3 * 7  # not every event on every try: only lane heads
     backlog = samples(live.get("/metrics").text)
@@ -270,10 +281,10 @@ def test_an_event_is_given_up_after_its_last_retry(live, runtime, receiver):
         return [a["attempt"] for a in deliveries(live, tenant, hook["webhookId"])[:1]]
 
     for n in range(1, tries + 1):
-        assert wait_until(lambda: len(receiver.requests_to("/hooks")) >= n, 5), n
+        assert wait_until(lambda: len(receiver.requests_to("/hooks")) >= n, 10), n
         # The receiver answers before the sender records the attempt: the step is read from
         # attempt n's own record, not from the one before it.
-        assert wait_until(lambda: latest_attempt() == [n], 5), n
+        assert wait_until(lambda: latest_attempt() == [n], 10), n
         if n < tries:
             step = (datetime.fromisoformat(deliveries(live, tenant, hook["webhookId"])[0]["nextAttemptAt"])
                     - clock.now()).total_seconds()
@@ -293,7 +304,7 @@ def test_deliveries_page(live, runtime, receiver):
     for _ in range(3):
         submit(live, tenant, lead_body("NB1"))
     received(receiver, 3)
-    time.sleep(0.2)
+    assert wait_until(lambda: len(deliveries(live, tenant, hook["webhookId"])) == 3, 10)  # recorded after the answer
     first = live.get(f"/api/v1/webhooks/{hook['webhookId']}/deliveries?limit=2", headers=tenant.headers).json()["data"]
     assert len(first["items"]) == 2 and first["hasMore"] is True
     rest = live.get(f"/api/v1/webhooks/{hook['webhookId']}/deliveries?limit=2&cursor={first['nextCursor']}",
@@ -357,7 +368,7 @@ def test_a_receiver_name_that_resolves_to_a_private_address_is_refused_at_send(l
     tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
     hook = subscribe(live, tenant, f"https://hooks.example.com:{receiver.port}/hooks", events=["lead.processed"])
     submit(live, tenant, lead_body("NB1"))
-    assert wait_until(lambda: deliveries(live, tenant, hook["webhookId"]) != [], 5)
+    assert wait_until(lambda: deliveries(live, tenant, hook["webhookId"]) != [], 10)
     (attempt,) = deliveries(live, tenant, hook["webhookId"])
     assert attempt["state"] == "retrying" and attempt["statusCode"] is None
     assert attempt["error"].startswith("destination refused: hooks.example.com resolves to a loopback address")
@@ -393,8 +404,9 @@ def test_a_new_url_or_a_pause_counts_for_events_already_queued(live, runtime, re
     tenant = make_tenant(runtime, "T", {"campaigns": [campaign("NB1", "No buyer")]})
     hook = subscribe(live, tenant, receiver.url("/old"), events=["lead.processed"])
     leads = [submit(live, tenant, lead_body("NB1"))["leadId"] for _ in range(3)]
-    assert wait_until(lambda: len(receiver.requests_to("/old")) >= 1, 5)
-    time.sleep(0.3)
+    # Every lane's head tried at the old URL and recorded, waiting for its retry (leads may share a lane).
+    heads = len({lane_of(lead_id) for lead_id in leads})
+    assert wait_until(lambda: len(deliveries(live, tenant, hook["webhookId"])) == heads, 10)
     patch = {"url": receiver.url("/hooks"), "active": False}
     assert live.patch(f"/api/v1/webhooks/{hook['webhookId']}", json=patch, headers=tenant.headers).status_code == 200
     runtime.clock.advance(hours=1)
@@ -414,7 +426,7 @@ def test_a_slow_receiver_does_not_hold_up_another_tenants_events(live, runtime, 
     subscribe(live, quiet, receiver.url("/hooks"), events=["lead.processed"])
     for _ in range(40):
         submit(live, busy, lead_body("NB1"))
-    assert wait_until(lambda: len(receiver.requests_to("/slow")) >= 4, 5)
+    assert wait_until(lambda: len(receiver.requests_to("/slow")) >= 4, 10)
     started = time.monotonic()
     lead = submit(live, quiet, lead_body("NB1"))
     (request,) = received(receiver, 1, timeout=5)
@@ -433,8 +445,9 @@ def test_a_lead_queued_again_sends_lead_queued_once(live, runtime, receiver):
         wait_for(live, tenant, lead_id, status_is("queued"))
     runtime.clock.set(datetime(2026, 3, 11, 0, 0, 1, tzinfo=UTC))  # one slot again: one goes, one queues again
     assert wait_until(lambda: any(live.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]["status"]
-                                  == "delivered" for lead_id in waiting), 5)
-    time.sleep(0.5)
-    events = [(r.json()["type"], r.json()["data"]["leadId"]) for r in received(receiver, 4)]
+                                  == "delivered" for lead_id in waiting), 10)
+    received(receiver, 4)
+    time.sleep(0.5)  # room for a fifth event to show
+    events = [(r.json()["type"], r.json()["data"]["leadId"]) for r in receiver.requests_to("/hooks")]
     assert sorted(e for e in events if e[0] == "lead.queued") == sorted(("lead.queued", i) for i in waiting)
     assert len(events) == 4  # first delivered, two queued, one delivered: nothing for the lead queued again
