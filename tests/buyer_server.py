@@ -211,7 +211,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 2.0) -> bool:
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if predicate():

@@ -90,7 +90,7 @@ def lead_of(client: TestClient, tenant, lead_id: str) -> dict:
     return client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]
 
 
-def wait_for(client: TestClient, tenant, lead_id: str, predicate: Callable[[dict], bool], timeout: float = 5.0) -> dict:
+def wait_for(client: TestClient, tenant, lead_id: str, predicate: Callable[[dict], bool], timeout: float = 15.0) -> dict:
     deadline = time.monotonic() + timeout
     while True:
         lead = lead_of(client, tenant, lead_id)
