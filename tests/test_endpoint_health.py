@@ -118,7 +118,7 @@ def test_by_default_twenty_errors_pause_and_failures_never_do(live, runtime):
     leads = [submit(live, tenant, lead_body("HL1", "error"))["leadId"] for _ in range(20)]
     for lead_id in leads[:19]:
         wait_for(live, tenant, lead_id, status_is("failed", "queued"))
-    wait_until(lambda: endpoints_of(live, tenant)["ep"]["state"] == "paused", 5)
+    assert wait_until(lambda: endpoints_of(live, tenant)["ep"]["state"] == "paused", 15), endpoints_of(live, tenant)
     item = endpoints_of(live, tenant)["ep"]
     assert item["consecutiveErrors"] == 20 and item["last24h"] == {"delivered": 0, "failed": 5, "error": 20}
 
