@@ -229,7 +229,7 @@ def test_a_delivery_answered_after_an_operator_changed_the_lead_keeps_the_operat
     tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
         "DL1", "Deliver", delivery={"deliveryEndpointId": "ep"})]})
     data = submit(live, tenant, lead_body("DL1", "sleep:0.6"))
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 15
     while [state for _, state, _ in jobs(runtime, data["submissionId"])] != ["running"]:
         assert time.monotonic() < deadline, jobs(runtime, data["submissionId"])
         time.sleep(0.01)

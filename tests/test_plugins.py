@@ -483,10 +483,10 @@ def test_hook_on_lead_event(runtime, plugin_dir, caplog):
         assert lead.status_code == 201 and lead.json()["data"]["status"] == "qualified"
         lead_id = lead.json()["data"]["leadId"]
         seen = app.state.registry.pm.get_plugin("listener").SEEN
-        assert wait_until(lambda: len(seen) == 3, 5), seen  # the campaign has no buyer: the lead fails
+        assert wait_until(lambda: len(seen) == 3, 10), seen  # the campaign has no buyer: the lead fails
         bulk = {"leadIds": [lead_id], "updates": {"status": "disqualified"}}
         assert client.patch("/api/v1/leads/bulk", json=bulk, headers=tenant.headers).status_code == 200
-        assert wait_until(lambda: len(seen) == 4, 5), seen
+        assert wait_until(lambda: len(seen) == 4, 10), seen
     assert seen == [(tenant.tenant_id, "lead.processed", lead_id, "qualified"),
                     (tenant.tenant_id, "lead.qualified", lead_id, "qualified"),
                     (tenant.tenant_id, "lead.failed", lead_id, "failed"),
@@ -505,7 +505,7 @@ def test_example_lead_events_plugin_writes_each_event(runtime, plugin_dir, tmp_p
     with TestClient(app, raise_server_exceptions=False) as client:
         lead_id = client.post("/api/v1/leads/submit", json=lead_body("PL1"), headers=tenant.headers).json()["data"]["leadId"]
         written = tmp_path / "events.jsonl"
-        assert wait_until(lambda: written.exists() and len(written.read_text().splitlines()) == 3, 5)
+        assert wait_until(lambda: written.exists() and len(written.read_text().splitlines()) == 3, 10)
     lines = [json.loads(line) for line in written.read_text().splitlines()]
     assert [(x["type"], x["leadId"], x["tenantId"]) for x in lines] == [
         ("lead.processed", lead_id, tenant.tenant_id), ("lead.qualified", lead_id, tenant.tenant_id),

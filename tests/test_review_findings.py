@@ -202,10 +202,10 @@ def test_writer_survives_a_unit_whose_error_rolled_back_the_transaction(runtime)
 
     first = threading.Thread(target=call, args=("bad", bad), daemon=True)
     first.start()
-    first.join(3)
+    first.join(10)
     second = threading.Thread(target=call, args=("good", lambda conn: 42), daemon=True)
     second.start()
-    second.join(3)
+    second.join(10)
     assert isinstance(outcome.get("bad"), RuntimeError)
     assert outcome.get("good") == 42  # hangs forever today: the writer thread is gone
 
