@@ -346,9 +346,10 @@ def test_a_long_unit_written_off_the_loop_leaves_the_loop_running(tmp_path):
 
         async def meanwhile():
             long = asyncio.ensure_future(db.write_off_loop(long_unit))
-            ticks, started = 0, asyncio.get_running_loop().time()
             while not threads:
                 await asyncio.sleep(0.001)
+            # The window opens once the long unit runs: a writer thread slow to take it up must not shorten it.
+            ticks, started = 0, asyncio.get_running_loop().time()
             short = [asyncio.ensure_future(db.write(_inserting(v, runs))) for v in range(3)]
             while asyncio.get_running_loop().time() - started < 0.2:
                 await asyncio.sleep(0.01)
