@@ -33,7 +33,7 @@ def desk(tmp_path, backend_toml) -> Iterator[tuple[httpx.Client, BuyerServer]]:
             buyer.route("/in", status=200, body={"id": "B-1"}, delay=0.15)
             bundle = {
                 "deliveryEndpoints": [{"deliveryEndpointId": "ep", "url": buyer.url("/in"),
-                                       "retry": {"maxAttempts": 3, "backoffSeconds": [0.5]}}],
+                                       "retry": {"maxAttempts": 3, "backoffSeconds": [2]}}],
                 "campaigns": [campaign("HR1", "Held", firstIntakeAction=HUMAN_REVIEW,
                                        delivery={"deliveryEndpointId": "ep"})],
             }
@@ -71,7 +71,7 @@ def test_approve_pending_approve_while_the_first_delivery_is_in_flight_posts_onc
     http, buyer = desk
     data = held_lead(http, 1)
     assert decide(http, data["leadId"], "approved") == 200
-    assert wait_until(lambda: buyer.requests_to("/in"), timeout=5)  # the POST is at the buyer now
+    assert wait_until(lambda: buyer.requests_to("/in"), timeout=10)  # the POST is at the buyer now
     assert decide(http, data["leadId"], "pending") == 200
     assert decide(http, data["leadId"], "approved") == 200
     assert wait_until(lambda: lead(http, data["leadId"])["status"] == "delivered", timeout=10)
@@ -105,9 +105,10 @@ def test_a_retry_scheduled_before_a_reset_waits_for_the_next_approval(desk):
     buyer.route("/in", lambda _request: next(answers))
     data = held_lead(http, 3)
     decide(http, data["leadId"], "approved")
-    assert wait_until(lambda: len(buyer.requests_to("/in")) == 1, timeout=5)  # 503: a retry in 0.5 s
+    # 503: a retry in 2 s, time enough for the reset below to land first on a busy machine
+    assert wait_until(lambda: len(buyer.requests_to("/in")) == 1, timeout=10)
     assert decide(http, data["leadId"], "pending") == 200
-    assert not wait_until(lambda: len(buyer.requests_to("/in")) > 1, timeout=2)  # the retry did not send
+    assert not wait_until(lambda: len(buyer.requests_to("/in")) > 1, timeout=3)  # the retry did not send
     assert lead(http, data["leadId"])["status"] == "pending_action"
     assert decide(http, data["leadId"], "approved") == 200
     assert wait_until(lambda: lead(http, data["leadId"])["status"] == "delivered", timeout=10)
