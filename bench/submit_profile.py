@@ -5,7 +5,7 @@ without a network, a load client or other processes skewing the figure.
 
 Builds the bench.submit tenant (same campaign, rules, routing, dedupe) in a temporary data dir,
 creates the real app (`create_app(..., background=False)`, the real writer thread, synchronous =
-FULL) and drives it through ASGI directly: `concurrency` tasks each send a submit, wait for the
+FULL, the collector and switch interval `serve` sets: `settle_for_serving()`) and drives it through ASGI directly: `concurrency` tasks each send a submit, wait for the
 answer and send the next. Prints CPU us per request without the profiler (process time, and per
 thread) and then the cProfile table of the event-loop thread, or with `--writer` of the database
 writer thread (cProfile sees one thread at a time)."""
@@ -28,6 +28,7 @@ from pathlib import Path
 from appliance.services import tenancy
 from appliance.app import create_app
 from appliance.config import load_config
+from appliance.processes import settle_for_serving
 from appliance.runtime import create_runtime
 from bench.submit import bundle, submit_body
 
@@ -107,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             tenancy.import_bundle(runtime, tenant, json.dumps(tenant_bundle).encode(), "json")
             key = tenancy.create_key(runtime, tenant, name="bench").key
             app = create_app(runtime, background=False)
+            settle_for_serving()  # as `serve` does once loaded: the collector's settings, the switch interval
             serial = itertools.count(1)
 
             async def run(profile: cProfile.Profile | None) -> None:
