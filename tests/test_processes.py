@@ -198,9 +198,14 @@ def test_own_process_doctor_lists_both_and_logs_name_them_and_sigterm_stops_both
 
     wanted = {acknowledged(submit(serve.url, inst.key, n)) for n in range(5)}
     wait_until(lambda: wanted <= buyer_keys(buyer), 15, "the leads reach the buyer", serve.log)
+
+    def delivered_lines() -> list[dict]:
+        return [line for line in serve.lines() if line["message"].startswith("delivered to")]
+    # The buyer records a key on arrival; the delivery process logs a delivery once it has committed the answer.
+    wait_until(lambda: len(delivered_lines()) >= 5, 15, "the delivery process logs the 5 deliveries", serve.log)
+    delivered = delivered_lines()
     by_process = {(line["process"], line["pid"]) for line in serve.lines()}
     assert by_process == {("server", serve.proc.pid), ("delivery", pid)}, by_process
-    delivered = [line for line in serve.lines() if line["message"].startswith("delivered to")]
     assert len(delivered) == 5 and {(line["process"], line["pid"]) for line in delivered} == {("delivery", pid)}
 
     def delivered_metric() -> float:  # the delivery process's counts, as the server's /metrics shows them
