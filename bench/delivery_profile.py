@@ -9,9 +9,9 @@ bench/buyer.py on loopback) in a temporary data dir and starts the buyer as a su
 round first commits `leads` submits through the app's ASGI (`create_app(..., background=False)`:
 no worker runs, the leads wait as deliver jobs), then runs the real worker as `appliance
 _deliver` runs it (its own runtime on the same database with `synchronous = NORMAL`, the plugins'
-registry, `SettingsCache`, `settle_for_serving()`: the collector and the switch interval, uvicorn's
-loop choice, `[delivery] concurrency`) until the buyer holds every qualified lead of the round. Prints CPU us per delivered lead of the
-process and per thread (a warm-up round of 500 leads comes first). `--profile` adds one more round
+registry, `SettingsCache`, `settle_for_serving()`: the collector and the switch interval,
+uvicorn's loop choice, `[delivery] concurrency`) until the buyer holds every qualified lead of the
+round. Prints CPU us per delivered lead of the process and per thread (a warm-up round of 500 leads comes first). `--profile` adds one more round
 under cProfile and prints the table of the event-loop thread, or with `--writer` of the database
 writer thread (cProfile sees one thread at a time)."""
 

@@ -5,8 +5,9 @@ without a network, a load client or other processes skewing the figure.
 
 Builds the bench.submit tenant (same campaign, rules, routing, dedupe) in a temporary data dir,
 creates the real app (`create_app(..., background=False)`, the real writer thread, synchronous =
-FULL, the collector and switch interval `serve` sets: `settle_for_serving()`) and drives it through ASGI directly: `concurrency` tasks each send a submit, wait for the
-answer and send the next. Prints CPU us per request without the profiler (process time, and per
+FULL, the collector and switch interval `serve` sets: `settle_for_serving()`) and drives it
+through ASGI directly: `concurrency` tasks each send a submit, wait for the answer and send the
+next. Prints CPU us per request without the profiler (process time, and per
 thread) and then the cProfile table of the event-loop thread, or with `--writer` of the database
 writer thread (cProfile sees one thread at a time)."""
 
