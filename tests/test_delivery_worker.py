@@ -126,6 +126,30 @@ def test_schedule_queues_outside_the_window_and_releases_in_order(live, runtime,
     assert times == sorted(times)
 
 
+def test_a_lead_that_cannot_be_read_holds_up_none_of_the_leads_claimed_with_it(live, runtime, clock, caplog):
+    # Queued until the window opens, then claimed together: the worker reads a claim's leads in
+    # one read transaction, and one it cannot read must not keep the others from their buyer.
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [campaign(
+        "DL1", "Deliver", delivery={"deliveryEndpointId": "ep", "deliverySchedule": {
+            "timezone": "America/New_York",
+            "specificDays": [{"day": "Tuesday", "startTime": "12:00", "endTime": "13:00"}]}})]})
+    made = [submit(live, tenant, lead_body("DL1")) for _ in range(3)]
+    for data in made:
+        wait_for(live, tenant, data["leadId"], status_is("queued"))
+    unreadable = made[1]
+    engine(runtime.store).write_sync(lambda conn: conn.execute(
+        "UPDATE leads SET doc = ? WHERE lead_id = ?", (b"\x00not a lead record", unreadable["leadId"])))
+    clock.set(datetime(2026, 3, 10, 16, 0, 0, tzinfo=UTC))  # 12:00 in New York: the window opens
+    for data in (made[0], made[2]):
+        wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    deadline = time.monotonic() + 15
+    while "internal error" not in caplog.text:
+        assert time.monotonic() < deadline, caplog.text
+        time.sleep(0.05)
+    (job,) = jobs(runtime, unreadable["submissionId"])
+    assert job[1] == "ready" and job[2] > "2026-03-10T16:00:00.000Z"  # tried again later, not lost
+
+
 def test_next_priority_sends_to_a_fallback_campaign_with_room(live, runtime):
     tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint(), endpoint("ep2")], "campaigns": [
         campaign("DL1", "Full", qualification={"fallbackCampaigns": ["DL2"]},

@@ -140,6 +140,32 @@ def test_units_at_once_each_commit_alone_and_a_failing_one_costs_no_other(store)
     assert db.row("SELECT count(*) FROM t") == (50,)
 
 
+def test_units_an_event_loop_issues_together_take_the_writer_lock_in_that_order(store):
+    """As SQLite's one writer runs them: the delivery worker reserves delivery-limit slots for
+    the jobs it claimed together oldest first. A unit that fails, and one whose caller was
+    cancelled (it still runs, as one already on its thread would), pass the turn on."""
+    db = store.postgres
+    db.write_sync(lambda c: c.execute("CREATE TABLE issued (n bigint, at bigserial)"))
+
+    def unit(n):
+        def insert(c):
+            c.execute("INSERT INTO issued (n) VALUES (?)", (n,))
+            if n == 10:
+                raise ValueError("refused")
+        return insert
+
+    async def issue():
+        tasks = [asyncio.create_task(db.write(unit(n))) for n in range(40)]
+        await asyncio.sleep(0)  # every unit issued, in order
+        tasks[20].cancel()
+        results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=30)
+        assert isinstance(results[10], ValueError) and isinstance(results[20], asyncio.CancelledError)
+
+    asyncio.run(issue())
+    order = [n for (n,) in db.reader().execute("SELECT n FROM issued ORDER BY at").fetchall()]
+    assert order == [n for n in range(40) if n != 10]
+
+
 def test_a_commit_that_fails_answers_its_caller_and_keeps_nothing(store):
     """A deferred foreign key left broken makes COMMIT fail: each caller hears so, nothing of
     its unit is kept, and the connections it used serve the next units."""

@@ -51,6 +51,7 @@ log = logging.getLogger("appliance.delivery")
 DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
 STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
+NOT_LOADED = object()  # a claimed job whose attempt its own task reads (see _load_claimed)
 T = TypeVar("T")
 
 
@@ -92,6 +93,7 @@ class Attempt:
     now: datetime
     loaded: Loaded  # as read from the store, before any step changed them
     events: tuple = ()  # journey events of earlier steps, written with the next settle
+    paused: frozenset[str] | None = None  # the tenant's paused endpoints, when read with the attempt
 
 
 @dataclass(frozen=True)
@@ -151,8 +153,9 @@ class DeliveryWorker:
                         wait = outage.failed(exc)
                     except Exception as exc:  # the loop must survive a storage hiccup
                         log.error("claiming jobs failed: %s", type(exc).__name__)
+                loaded = self._load_claimed(claimed)
                 for job in claimed:
-                    task = asyncio.create_task(self._process(job, http))
+                    task = asyncio.create_task(self._process(job, http, loaded.get(job.job_id, NOT_LOADED)))
                     active.add(task)
                     task.add_done_callback(active.discard)
                 if claimed and len(claimed) == free:
@@ -171,21 +174,28 @@ class DeliveryWorker:
             except Exception as exc:  # one adapter's cleanup must not keep the others open
                 log.error("closing delivery adapter %r failed: %s", adapter.name, type(exc).__name__)
 
-    async def _process(self, job: Job, http: httpx.AsyncClient) -> None:
+    async def _process(self, job: Job, http: httpx.AsyncClient, loaded: Attempt | None | object) -> None:
+        """`loaded`: the job's attempt as `_load_claimed` read it (None: its lead or submission is
+        missing), or NOT_LOADED."""
         logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
+            attempt = self._load(job) if loaded is NOT_LOADED else loaded
             if job.kind == "evaluate":
-                await self._evaluate(job, http)
+                await self._evaluate(job, attempt, http)
             else:
-                await self._deliver(job, http)
+                await self._deliver(job, attempt, http)
         except asyncio.CancelledError:
             raise
         except ClaimLost:
             log.warning("job %d (%s): another process took it over (this one's claim ended); it records nothing more",
                         job.job_id, job.kind)
         except Exception as exc:
-            error = f"internal error: {type(exc).__name__}"
-            log.error("job %d (%s) failed: %s at %s", job.job_id, job.kind, error, where(exc))
+            if isinstance(exc, StorageUnavailable):  # a read met an outage: the job is not at fault
+                error = "the database was unavailable"
+                log.warning("job %d (%s) stopped: %s; it runs again", job.job_id, job.kind, error)
+            else:
+                error = f"internal error: {type(exc).__name__}"
+                log.error("job %d (%s) failed: %s at %s", job.job_id, job.kind, error, where(exc))
             now = iso(self.runtime.clock.now())
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
 
@@ -217,16 +227,43 @@ class DeliveryWorker:
 
     # ---- loading --------------------------------------------------------------------------
 
-    def _load(self, job: Job) -> Attempt | None:
+    def _load_claimed(self, jobs: list[Job]) -> dict[int, Attempt | None]:
+        """The attempts of a claim's jobs, read in one read transaction. SQLite empties a
+        connection's page cache when a read transaction starts after a commit (each delivery
+        makes one), and each statement outside a transaction is a transaction of its own: read
+        job by job, every statement read its index pages again (bench/README.md). When the
+        batch cannot be read, each job's task reads its own and meets the problem there."""
+        if not jobs:
+            return {}
         tx = self.runtime.store.reader()
+        tenants: dict[str, tuple[int, frozenset[str]]] = {}
+        try:
+            with tx:
+                return {job.job_id: self._load(job, tx, tenants) for job in jobs}
+        except Exception:  # noqa: BLE001 - handled per job by _process, which logs it
+            return {}
+
+    def _load(self, job: Job, tx: Session | None = None,
+              tenants: dict[str, tuple[int, frozenset[str]]] | None = None) -> Attempt | None:
+        """`tenants`: for a batch in one read transaction, each tenant's config revision and
+        paused endpoints, read once (without it, the endpoint's pause is read when it is chosen)."""
+        tx = tx or self.runtime.store.reader()
         lead_row = tx.leads.lead_row(job.tenant_id, job.lead_id)
         submission_row = tx.leads.submission_row(job.tenant_id, job.submission_id)
         if lead_row is None or submission_row is None:
             return None
         lead, submission = tx.leads.lead_of(lead_row), tx.leads.submission_of(submission_row)
-        settings = self.settings.get(job.tenant_id, tx.tenants.config_rev(job.tenant_id))
-        return Attempt(job=job, lead=lead, submission=submission, settings=settings, now=self.runtime.clock.now(),
-                       loaded=Loaded(lead_row, lead, submission_row, submission))
+        if tenants is None:
+            rev, paused = tx.tenants.config_rev(job.tenant_id), None
+        else:
+            if job.tenant_id not in tenants:
+                tenants[job.tenant_id] = (tx.tenants.config_rev(job.tenant_id), frozenset(
+                    endpoint_id for endpoint_id, health in tx.endpoints.all_health(job.tenant_id).items()
+                    if health.paused))
+            rev, paused = tenants[job.tenant_id]
+        return Attempt(job=job, lead=lead, submission=submission, settings=self.settings.get(job.tenant_id, rev),
+                       now=self.runtime.clock.now(), loaded=Loaded(lead_row, lead, submission_row, submission),
+                       paused=paused)
 
     def _endpoint(self, attempt: Attempt, endpoint_id: str | None) -> OpenedEndpoint | None:
         if not endpoint_id:
@@ -261,8 +298,7 @@ class DeliveryWorker:
 
     # ---- delivery -------------------------------------------------------------------------
 
-    async def _deliver(self, job: Job, http: httpx.AsyncClient) -> None:
-        attempt = self._load(job)
+    async def _deliver(self, job: Job, attempt: Attempt | None, http: httpx.AsyncClient) -> None:
         if attempt is None:
             now = iso(self.runtime.clock.now())
             await self._write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead or submission missing"))
@@ -354,7 +390,8 @@ class DeliveryWorker:
         none); STOPPED when it is paused and the job was parked instead."""
         job, store = attempt.job, self.runtime.store
         target = named or campaign.delivery.delivery_endpoint_id
-        if target and store.reader().endpoints.is_paused(job.tenant_id, target):
+        paused = attempt.paused
+        if target and (target in paused if paused is not None else store.reader().endpoints.is_paused(job.tenant_id, target)):
             parked = await self._write(job, lambda tx: self._park(tx, attempt, target, attempted=False))
             if parked:
                 return STOPPED
@@ -700,8 +737,7 @@ class DeliveryWorker:
 
     # ---- deferred evaluation ------------------------------------------------------------------
 
-    async def _evaluate(self, job: Job, http: httpx.AsyncClient) -> None:
-        attempt = self._load(job)
+    async def _evaluate(self, job: Job, attempt: Attempt | None, http: httpx.AsyncClient) -> None:
         now = iso(self.runtime.clock.now())
         if attempt is None:
             await self._write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead missing"))

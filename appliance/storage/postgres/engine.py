@@ -11,12 +11,18 @@ updates the same report rollup row and every delivery its endpoint's hour and it
 so most units were aborted and run again, some gave up after 30 runs (a 500, or a delivery sent
 twice), and throughput was half of the lock's. A unit PostgreSQL still aborts (a deadlock) runs
 again (units may run more than once and act only through `tx`: storage/store.py). There is no
-group commit here: each unit commits alone, so a commit's WAL flush is paid per unit."""
+group commit here: each unit commits alone, so a commit's WAL flush is paid per unit.
+
+Units an event loop issues take the writer lock in the order it issued them (IssueOrder), as
+SQLite's writer runs them: the delivery worker reserves delivery-limit slots for the jobs it
+claimed together oldest first, and separate threads would otherwise reach the lock in any order."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import functools
 import logging
 import os
 import random
@@ -174,6 +180,33 @@ class TimedWorkLeader:
             self._drop()
 
 
+class IssueOrder:
+    """Tickets handed out on the event loop, in the order `write` is called; a unit's thread
+    waits for its ticket's turn before it asks for the writer lock, and the turn moves on once
+    the lock is held (or the unit failed before it), so the next unit queues at the lock
+    meanwhile. At most two ordered units hold a pooled connection at a time: the one holding the
+    lock and the next, waiting for it."""
+
+    def __init__(self) -> None:
+        self._turn = threading.Condition()
+        self._issued = 0
+        self._serving = 0
+
+    def ticket(self) -> int:
+        with self._turn:
+            self._issued += 1
+            return self._issued - 1
+
+    def wait(self, ticket: int) -> None:
+        with self._turn:
+            self._turn.wait_for(lambda: self._serving == ticket)
+
+    def advance(self) -> None:
+        with self._turn:
+            self._serving += 1
+            self._turn.notify_all()
+
+
 class PgDatabase:
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         self.url = url
@@ -186,6 +219,7 @@ class PgDatabase:
         self.leader = TimedWorkLeader(url)
         self.migrated_on_open: list[str] = []  # the migrations `open` applied (init: created or up to date)
         self._outage = False  # the last unit found the database unreachable (cleared by one that commits)
+        self._order = IssueOrder()
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -241,11 +275,13 @@ class PgDatabase:
     # ---- writes -----------------------------------------------------------------------------
 
     def write_sync(self, unit: Callable[[PgConnection], T], *, writer_lock: bool = True,
-                   wait: bool = True) -> T | None:
+                   wait: bool = True, ticket: int | None = None) -> T | None:
         """`unit(conn)` in one transaction holding the writer lock, run again when PostgreSQL
-        aborts it (a deadlock)."""
+        aborts it (a deadlock). With a `ticket` (IssueOrder), it takes the lock in its turn."""
         if self._pool is None:
             raise StorageError("the database is closed")
+        if ticket is not None:
+            self._order.wait(ticket)
         for run in range(1, _MAX_RUNS + 1):
             try:
                 with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
@@ -254,12 +290,18 @@ class PgDatabase:
                         result = unit(PgConnection(raw))
                     elif wait:
                         raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
+                        if ticket is not None:
+                            self._order.advance()
+                            ticket = None
                         result = unit(PgConnection(raw))
                     elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
                         result = unit(PgConnection(raw))
                     else:  # `wait=False`: the lock is taken, the unit is not run (None)
                         result = None
-                self._outage = False
+                if self._outage:
+                    self._outage = False
+                    # Connections pooled before the outage are dead: each would fail one unit.
+                    self._pool.check()
                 return result
             except StorageUnavailable:
                 self._outage = True
@@ -277,13 +319,20 @@ class PgDatabase:
                     self._outage = True
                     raise lost(exc) from None
                 raise StorageError(f"write failed: {reason(exc)}") from None
+            finally:
+                if ticket is not None:  # it failed before it held the lock: the next unit's turn
+                    self._order.advance()
+                    ticket = None
         raise AssertionError("unreachable")
 
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
         if self._pool is None:
             raise StorageError("the database is closed")
-        return await asyncio.to_thread(self.write_sync, unit)
-
+        ticket = self._order.ticket()
+        run = functools.partial(contextvars.copy_context().run, self.write_sync, unit, ticket=ticket)
+        # Shielded: a unit whose ticket was handed out must run (as one already on its thread
+        # does when its caller is cancelled), or every unit after it would wait for its turn.
+        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, run))
     # ---- reads ------------------------------------------------------------------------------
 
     def reader(self) -> PgConnection:
