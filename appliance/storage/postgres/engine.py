@@ -37,7 +37,13 @@ from psycopg import IsolationLevel
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from appliance.storage.db import StorageError, StorageUnavailable
-from appliance.storage.postgres.connection import PgConnection, configure, lost, reason, unavailable
+from appliance.storage.postgres.connection import (
+    PgConnection,
+    configure,
+    lost,
+    reason,
+    unavailable,
+)
 from appliance.storage.postgres.migrations import apply as apply_migrations
 from appliance.storage.postgres.url import redact
 
@@ -278,52 +284,52 @@ class PgDatabase:
                    wait: bool = True, ticket: int | None = None) -> T | None:
         """`unit(conn)` in one transaction holding the writer lock, run again when PostgreSQL
         aborts it (a deadlock). With a `ticket` (IssueOrder), it takes the lock in its turn."""
-        if self._pool is None:
-            raise StorageError("the database is closed")
         if ticket is not None:
             self._order.wait(ticket)
-        for run in range(1, _MAX_RUNS + 1):
-            try:
-                with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
-                        raw.transaction():
-                    if not writer_lock:  # renewing this process's own job leases (leases.py), a NOTIFY
-                        result = unit(PgConnection(raw))
-                    elif wait:
-                        raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
-                        if ticket is not None:
-                            self._order.advance()
-                            ticket = None
-                        result = unit(PgConnection(raw))
-                    elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
-                        result = unit(PgConnection(raw))
-                    else:  # `wait=False`: the lock is taken, the unit is not run (None)
-                        result = None
-                if self._outage:
-                    self._outage = False
-                    # Connections pooled before the outage are dead: each would fail one unit.
-                    self._pool.check()
-                return result
-            except StorageUnavailable:
-                self._outage = True
-                raise
-            except _RETRYABLE:
-                if run == _MAX_RUNS:
-                    raise StorageError(f"write failed: still conflicting after {run} runs") from None
-                # Randomized, growing waits: the transactions that collided do not meet again.
-                time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
-            except PoolTimeout:
-                self._outage = True
-                raise StorageUnavailable("write failed: no connection to the database") from None
-            except psycopg.OperationalError as exc:
-                if unavailable(exc):  # the connection was lost at COMMIT: the unit is answered as not done
+        try:
+            if self._pool is None:
+                raise StorageError("the database is closed")
+            for run in range(1, _MAX_RUNS + 1):
+                try:
+                    with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
+                            raw.transaction():
+                        if not writer_lock:  # renewing this process's own job leases (leases.py), a NOTIFY
+                            result = unit(PgConnection(raw))
+                        elif wait:
+                            raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
+                            if ticket is not None:
+                                self._order.advance()
+                                ticket = None
+                            result = unit(PgConnection(raw))
+                        elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
+                            result = unit(PgConnection(raw))
+                        else:  # `wait=False`: the lock is taken, the unit is not run (None)
+                            result = None
+                    if self._outage:
+                        self._outage = False
+                        # Connections pooled before the outage are dead: each would fail one unit.
+                        self._pool.check()
+                    return result
+                except StorageUnavailable:
                     self._outage = True
-                    raise lost(exc) from None
-                raise StorageError(f"write failed: {reason(exc)}") from None
-            finally:
-                if ticket is not None:  # it failed before it held the lock: the next unit's turn
-                    self._order.advance()
-                    ticket = None
-        raise AssertionError("unreachable")
+                    raise
+                except _RETRYABLE:
+                    if run == _MAX_RUNS:
+                        raise StorageError(f"write failed: still conflicting after {run} runs") from None
+                    # Randomized, growing waits: the transactions that collided do not meet again.
+                    time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
+                except PoolTimeout:
+                    self._outage = True
+                    raise StorageUnavailable("write failed: no connection to the database") from None
+                except psycopg.OperationalError as exc:
+                    if unavailable(exc):  # the connection was lost at COMMIT: the unit is answered as not done
+                        self._outage = True
+                        raise lost(exc) from None
+                    raise StorageError(f"write failed: {reason(exc)}") from None
+            raise AssertionError("unreachable")
+        finally:
+            if ticket is not None:  # it ended before it held the lock: the next unit's turn
+                self._order.advance()
 
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
         if self._pool is None:
@@ -333,6 +339,7 @@ class PgDatabase:
         # Shielded: a unit whose ticket was handed out must run (as one already on its thread
         # does when its caller is cancelled), or every unit after it would wait for its turn.
         return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, run))
+
     # ---- reads ------------------------------------------------------------------------------
 
     def reader(self) -> PgConnection:
