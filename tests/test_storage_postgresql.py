@@ -166,6 +166,22 @@ def test_units_an_event_loop_issues_together_take_the_writer_lock_in_that_order(
     assert order == [n for n in range(40) if n != 10]
 
 
+def test_a_unit_that_never_starts_passes_its_turn_on(store):
+    """A unit issued while the process stops (its loop's executor shut down) fails at once and
+    its turn goes on: the next unit does not wait out the bounded wait (10 s) for it."""
+    db = store.postgres
+
+    async def while_stopping():
+        await asyncio.get_running_loop().shutdown_default_executor()
+        with pytest.raises(RuntimeError):
+            await db.write(lambda c: c.execute("SELECT 1"))
+
+    asyncio.run(while_stopping())
+    started = time.monotonic()
+    asyncio.run(db.write(lambda c: c.execute("SELECT 1")))
+    assert time.monotonic() - started < 5
+
+
 def test_a_commit_that_fails_answers_its_caller_and_keeps_nothing(store):
     """A deferred foreign key left broken makes COMMIT fail: each caller hears so, nothing of
     its unit is kept, and the connections it used serve the next units."""

@@ -93,7 +93,9 @@ class Attempt:
     now: datetime
     loaded: Loaded  # as read from the store, before any step changed them
     events: tuple = ()  # journey events of earlier steps, written with the next settle
-    paused: frozenset[str] | None = None  # the tenant's paused endpoints, when read with the attempt
+    # The tenant's paused endpoints as read with the claim (a few ms before the buyer is chosen;
+    # None: read when chosen, as after a write unit that waited its turn).
+    paused: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -191,18 +193,17 @@ class DeliveryWorker:
                         job.job_id, job.kind)
         except Exception as exc:
             if isinstance(exc, StorageUnavailable):  # a read met an outage: the job is not at fault
-                error = "the database was unavailable"
+                error, keep_attempts = "the database was unavailable", True
                 log.warning("job %d (%s) stopped: %s; it runs again", job.job_id, job.kind, error)
             else:
-                error = f"internal error: {type(exc).__name__}"
+                error, keep_attempts = f"internal error: {type(exc).__name__}", False
                 log.error("job %d (%s) failed: %s at %s", job.job_id, job.kind, error, where(exc))
             now = iso(self.runtime.clock.now())
             due = iso(self.runtime.clock.now() + timedelta(seconds=DEFAULT_BACKOFF[0]))
 
-
             def give_up_attempt(tx: Session) -> None:
                 tx.jobs.release_reservations(job.tenant_id, job.job_id)
-                tx.jobs.reschedule(job.job_id, due, now, error=error)
+                tx.jobs.reschedule(job.job_id, due, now, error=error, keep_attempts=keep_attempts)
 
             try:
                 await self._write(job, give_up_attempt)
@@ -235,9 +236,9 @@ class DeliveryWorker:
         batch cannot be read, each job's task reads its own and meets the problem there."""
         if not jobs:
             return {}
-        tx = self.runtime.store.reader()
         tenants: dict[str, tuple[int, frozenset[str]]] = {}
         try:
+            tx = self.runtime.store.reader()  # connecting may fail too (PostgreSQL)
             with tx:
                 return {job.job_id: self._load(job, tx, tenants) for job in jobs}
         except Exception:  # noqa: BLE001 - handled per job by _process, which logs it
@@ -329,6 +330,8 @@ class DeliveryWorker:
         else:  # one write unit takes the campaign's slots and chooses the buyer
             reserved, chosen = await self._write(job, 
                 lambda tx: self._reserve_and_choose(tx, attempt, campaign, candidates, checks, named))
+            if reserved is not None:  # that unit waited its turn: the pause is read again when chosen
+                reserved = replace(reserved, attempt=replace(reserved.attempt, paused=None))
         if reserved is None or chosen is STOPPED:
             return  # queued until a window opens or a limit resets, parked for a paused buyer, or ended
         attempt = reserved.attempt

@@ -188,28 +188,39 @@ class TimedWorkLeader:
 
 class IssueOrder:
     """Tickets handed out on the event loop, in the order `write` is called; a unit's thread
-    waits for its ticket's turn before it asks for the writer lock, and the turn moves on once
-    the lock is held (or the unit failed before it), so the next unit queues at the lock
-    meanwhile. At most two ordered units hold a pooled connection at a time: the one holding the
-    lock and the next, waiting for it."""
+    waits for its ticket's turn before it asks for the writer lock, and its ticket is done once
+    it holds the lock (or ended without it), so the next unit queues at the lock meanwhile. At
+    most two ordered units hold a pooled connection at a time: the one holding the lock and the
+    next, waiting for it. The wait is bounded (a unit stuck on a vanished server must not hold
+    every later one), and `wake` ends every wait at once (an outage: each unit fails alone)."""
 
     def __init__(self) -> None:
         self._turn = threading.Condition()
         self._issued = 0
-        self._serving = 0
+        self._serving = 0  # the lowest ticket not done
+        self._done: set[int] = set()  # tickets done out of turn
+        self._awake = False
 
     def ticket(self) -> int:
         with self._turn:
             self._issued += 1
             return self._issued - 1
 
-    def wait(self, ticket: int) -> None:
+    def wait(self, ticket: int, timeout: float) -> None:
         with self._turn:
-            self._turn.wait_for(lambda: self._serving == ticket)
+            self._turn.wait_for(lambda: self._serving >= ticket or self._awake, timeout)
 
-    def advance(self) -> None:
+    def done(self, ticket: int) -> None:
         with self._turn:
-            self._serving += 1
+            self._done.add(ticket)
+            while self._serving in self._done:
+                self._done.remove(self._serving)
+                self._serving += 1
+            self._turn.notify_all()
+
+    def wake(self, awake: bool) -> None:
+        with self._turn:
+            self._awake = awake
             self._turn.notify_all()
 
 
@@ -285,20 +296,21 @@ class PgDatabase:
         """`unit(conn)` in one transaction holding the writer lock, run again when PostgreSQL
         aborts it (a deadlock). With a `ticket` (IssueOrder), it takes the lock in its turn."""
         if ticket is not None:
-            self._order.wait(ticket)
+            self._order.wait(ticket, _POOL_WAIT)
         try:
-            if self._pool is None:
+            pool = self._pool
+            if pool is None:
                 raise StorageError("the database is closed")
             for run in range(1, _MAX_RUNS + 1):
                 try:
-                    with self._pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
+                    with pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
                             raw.transaction():
                         if not writer_lock:  # renewing this process's own job leases (leases.py), a NOTIFY
                             result = unit(PgConnection(raw))
                         elif wait:
                             raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
                             if ticket is not None:
-                                self._order.advance()
+                                self._order.done(ticket)
                                 ticket = None
                             result = unit(PgConnection(raw))
                         elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
@@ -306,12 +318,10 @@ class PgDatabase:
                         else:  # `wait=False`: the lock is taken, the unit is not run (None)
                             result = None
                     if self._outage:
-                        self._outage = False
-                        # Connections pooled before the outage are dead: each would fail one unit.
-                        self._pool.check()
+                        self._end_outage(pool)
                     return result
                 except StorageUnavailable:
-                    self._outage = True
+                    self._begin_outage()
                     raise
                 except _RETRYABLE:
                     if run == _MAX_RUNS:
@@ -319,26 +329,48 @@ class PgDatabase:
                     # Randomized, growing waits: the transactions that collided do not meet again.
                     time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
                 except PoolTimeout:
-                    self._outage = True
+                    self._begin_outage()
                     raise StorageUnavailable("write failed: no connection to the database") from None
                 except psycopg.OperationalError as exc:
                     if unavailable(exc):  # the connection was lost at COMMIT: the unit is answered as not done
-                        self._outage = True
+                        self._begin_outage()
                         raise lost(exc) from None
                     raise StorageError(f"write failed: {reason(exc)}") from None
             raise AssertionError("unreachable")
         finally:
             if ticket is not None:  # it ended before it held the lock: the next unit's turn
-                self._order.advance()
+                self._order.done(ticket)
+
+    def _begin_outage(self) -> None:
+        self._outage = True
+        self._order.wake(True)  # queued units fail each on its own, not one after another
+
+    def _end_outage(self, pool: ConnectionPool) -> None:
+        self._outage = False
+        self._order.wake(False)
+        # Connections pooled before the outage are dead, each would fail one unit: replaced off
+        # this caller's thread (checking them is a round trip each).
+        threading.Thread(target=self._replace_dead_connections, args=(pool,), daemon=True,
+                         name="appliance-pool-check").start()
+
+    @staticmethod
+    def _replace_dead_connections(pool: ConnectionPool) -> None:
+        with contextlib.suppress(Exception):  # a pool closing meanwhile, the database gone again
+            pool.check()
 
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
         if self._pool is None:
             raise StorageError("the database is closed")
         ticket = self._order.ticket()
         run = functools.partial(contextvars.copy_context().run, self.write_sync, unit, ticket=ticket)
-        # Shielded: a unit whose ticket was handed out must run (as one already on its thread
-        # does when its caller is cancelled), or every unit after it would wait for its turn.
-        return await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, run))
+        try:
+            running = asyncio.get_running_loop().run_in_executor(None, run)
+        except BaseException:  # never to run (the executor shut down): the next unit's turn
+            self._order.done(ticket)
+            raise
+        # Shielded: a unit whose ticket was handed out runs (as one already on its thread does
+        # when its caller is cancelled), or every unit after it would wait for its turn.
+        return await asyncio.shield(running)
 
     # ---- reads ------------------------------------------------------------------------------
 
