@@ -51,7 +51,7 @@ log = logging.getLogger("appliance.delivery")
 DEFAULT_BACKOFF = DEFAULT_BACKOFF_SECONDS
 DEADLINE_MARGIN = 2.0  # seconds beyond the endpoint's timeout before the worker gives up on an adapter
 STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
-NOT_LOADED = object()  # a claimed job whose attempt its own task reads (see _load_claimed)
+NOT_LOADED = object()  # a claimed job whose attempt its own task loads (see _load_claimed)
 T = TypeVar("T")
 
 
@@ -93,8 +93,8 @@ class Attempt:
     now: datetime
     loaded: Loaded  # as read from the store, before any step changed them
     events: tuple = ()  # journey events of earlier steps, written with the next settle
-    # The tenant's paused endpoints as read with the claim (a few ms before the buyer is chosen;
-    # None: read when chosen, as after a write unit that waited its turn).
+    # The tenant's paused endpoints as read with the attempt (a few ms before the buyer is
+    # chosen; None: read when chosen, as after a write unit that waited its turn).
     paused: frozenset[str] | None = None
 
 
@@ -177,11 +177,10 @@ class DeliveryWorker:
                 log.error("closing delivery adapter %r failed: %s", adapter.name, type(exc).__name__)
 
     async def _process(self, job: Job, http: httpx.AsyncClient, loaded: Attempt | None | object) -> None:
-        """`loaded`: the job's attempt as `_load_claimed` read it (None: its lead or submission is
-        missing), or NOT_LOADED."""
+        """`loaded`: the job's attempt as `_load_claimed` read it, or NOT_LOADED."""
         logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
-            attempt = self._load(job) if loaded is NOT_LOADED else loaded
+            attempt = self._load([job])[job.job_id] if loaded is NOT_LOADED else loaded
             if job.kind == "evaluate":
                 await self._evaluate(job, attempt, http)
             else:
@@ -229,39 +228,37 @@ class DeliveryWorker:
     # ---- loading --------------------------------------------------------------------------
 
     def _load_claimed(self, jobs: list[Job]) -> dict[int, Attempt | None]:
-        """The attempts of a claim's jobs, read in one read transaction. SQLite empties a
-        connection's page cache when a read transaction starts after a commit (each delivery
-        makes one), and each statement outside a transaction is a transaction of its own: read
-        job by job, every statement read its index pages again (bench/README.md). When the
-        batch cannot be read, each job's task reads its own and meets the problem there."""
+        """`_load` for a whole claim; when the batch cannot be read, {}: each job's task then
+        loads its own and meets the problem there."""
         if not jobs:
             return {}
-        tenants: dict[str, tuple[int, frozenset[str]]] = {}
         try:
-            tx = self.runtime.store.reader()  # connecting may fail too (PostgreSQL)
-            with tx:
-                return {job.job_id: self._load(job, tx, tenants) for job in jobs}
+            return self._load(jobs)
         except Exception:  # noqa: BLE001 - handled per job by _process, which logs it
             return {}
 
-    def _load(self, job: Job, tx: Session | None = None,
-              tenants: dict[str, tuple[int, frozenset[str]]] | None = None) -> Attempt | None:
-        """`tenants`: for a batch in one read transaction, each tenant's config revision and
-        paused endpoints, read once (without it, the endpoint's pause is read when it is chosen)."""
-        tx = tx or self.runtime.store.reader()
+    def _load(self, jobs: list[Job]) -> dict[int, Attempt | None]:
+        """The jobs' attempts (None: the lead or submission is missing), read in one read
+        transaction. SQLite empties a connection's page cache when a read transaction starts
+        after a commit (each delivery makes one), and each statement outside a transaction is a
+        transaction of its own: read job by job, every statement read its index pages again
+        (bench/README.md). Each tenant's config revision and paused endpoints are read once."""
+        tenants: dict[str, tuple[int, frozenset[str]]] = {}
+        tx = self.runtime.store.reader()
+        with tx:
+            return {job.job_id: self._attempt(job, tx, tenants) for job in jobs}
+
+    def _attempt(self, job: Job, tx: Session, tenants: dict[str, tuple[int, frozenset[str]]]) -> Attempt | None:
         lead_row = tx.leads.lead_row(job.tenant_id, job.lead_id)
         submission_row = tx.leads.submission_row(job.tenant_id, job.submission_id)
         if lead_row is None or submission_row is None:
             return None
         lead, submission = tx.leads.lead_of(lead_row), tx.leads.submission_of(submission_row)
-        if tenants is None:
-            rev, paused = tx.tenants.config_rev(job.tenant_id), None
-        else:
-            if job.tenant_id not in tenants:
-                tenants[job.tenant_id] = (tx.tenants.config_rev(job.tenant_id), frozenset(
-                    endpoint_id for endpoint_id, health in tx.endpoints.all_health(job.tenant_id).items()
-                    if health.paused))
-            rev, paused = tenants[job.tenant_id]
+        if job.tenant_id not in tenants:
+            tenants[job.tenant_id] = (tx.tenants.config_rev(job.tenant_id), frozenset(
+                endpoint_id for endpoint_id, health in tx.endpoints.all_health(job.tenant_id).items()
+                if health.paused))
+        rev, paused = tenants[job.tenant_id]
         return Attempt(job=job, lead=lead, submission=submission, settings=self.settings.get(job.tenant_id, rev),
                        now=self.runtime.clock.now(), loaded=Loaded(lead_row, lead, submission_row, submission),
                        paused=paused)
@@ -391,14 +388,18 @@ class DeliveryWorker:
     async def _target(self, attempt: Attempt, campaign: Campaign, named: str | None) -> str | None | object:
         """The endpoint of a campaign without a distribution, or the one a repost named (None:
         none); STOPPED when it is paused and the job was parked instead."""
-        job, store = attempt.job, self.runtime.store
+        job = attempt.job
         target = named or campaign.delivery.delivery_endpoint_id
-        paused = attempt.paused
-        if target and (target in paused if paused is not None else store.reader().endpoints.is_paused(job.tenant_id, target)):
+        if target and self._is_paused(attempt, target):
             parked = await self._write(job, lambda tx: self._park(tx, attempt, target, attempted=False))
             if parked:
                 return STOPPED
         return target
+
+    def _is_paused(self, attempt: Attempt, endpoint_id: str) -> bool:
+        if attempt.paused is not None:
+            return endpoint_id in attempt.paused
+        return self.runtime.store.reader().endpoints.is_paused(attempt.job.tenant_id, endpoint_id)
 
     def _park(self, tx: Session, attempt: Attempt, endpoint_id: str | None, *, attempted: bool,
               step: tuple[str, str] | None = None, outcome: tuple | None = None, details: dict | None = None,

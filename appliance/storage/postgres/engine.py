@@ -192,14 +192,14 @@ class IssueOrder:
     it holds the lock (or ended without it), so the next unit queues at the lock meanwhile. At
     most two ordered units hold a pooled connection at a time: the one holding the lock and the
     next, waiting for it. The wait is bounded (a unit stuck on a vanished server must not hold
-    every later one), and `wake` ends every wait at once (an outage: each unit fails alone)."""
+    every later one), and none waits while `unordered` (an outage: each unit fails alone)."""
 
     def __init__(self) -> None:
         self._turn = threading.Condition()
         self._issued = 0
         self._serving = 0  # the lowest ticket not done
         self._done: set[int] = set()  # tickets done out of turn
-        self._awake = False
+        self._unordered = False
 
     def ticket(self) -> int:
         with self._turn:
@@ -208,7 +208,7 @@ class IssueOrder:
 
     def wait(self, ticket: int, timeout: float) -> None:
         with self._turn:
-            self._turn.wait_for(lambda: self._serving >= ticket or self._awake, timeout)
+            self._turn.wait_for(lambda: self._serving >= ticket or self._unordered, timeout)
 
     def done(self, ticket: int) -> None:
         with self._turn:
@@ -218,9 +218,9 @@ class IssueOrder:
                 self._serving += 1
             self._turn.notify_all()
 
-    def wake(self, awake: bool) -> None:
+    def set_unordered(self, unordered: bool) -> None:
         with self._turn:
-            self._awake = awake
+            self._unordered = unordered
             self._turn.notify_all()
 
 
@@ -343,11 +343,11 @@ class PgDatabase:
 
     def _begin_outage(self) -> None:
         self._outage = True
-        self._order.wake(True)  # queued units fail each on its own, not one after another
+        self._order.set_unordered(True)  # queued units fail each on its own, not one after another
 
     def _end_outage(self, pool: ConnectionPool) -> None:
         self._outage = False
-        self._order.wake(False)
+        self._order.set_unordered(False)
         # Connections pooled before the outage are dead, each would fail one unit: replaced off
         # this caller's thread (checking them is a round trip each).
         threading.Thread(target=self._replace_dead_connections, args=(pool,), daemon=True,
@@ -359,8 +359,6 @@ class PgDatabase:
             pool.check()
 
     async def write(self, unit: Callable[[PgConnection], T]) -> T:
-        if self._pool is None:
-            raise StorageError("the database is closed")
         ticket = self._order.ticket()
         run = functools.partial(contextvars.copy_context().run, self.write_sync, unit, ticket=ticket)
         try:
