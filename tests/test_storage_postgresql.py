@@ -19,6 +19,8 @@ from appliance.storage.migrations import MIGRATIONS as SQLITE_MIGRATIONS
 from appliance.storage.postgres.url import redact, without_password
 from appliance.storage.postgres.migrations import MIGRATIONS, apply
 from appliance.storage.postgres.store import PgStore
+from tests.postgres_cluster import Relay
+from tests.processes import free_port
 
 pytestmark = pytest.mark.postgresql_own
 
@@ -180,6 +182,42 @@ def test_a_unit_that_never_starts_passes_its_turn_on(store):
     started = time.monotonic()
     asyncio.run(db.write(lambda c: c.execute("SELECT 1")))
     assert time.monotonic() - started < 5
+
+
+def test_units_queued_in_an_outage_fail_each_on_its_own_and_the_next_commits_once_it_answers(
+        postgres_cluster, postgres_url):
+    """Each unit waits half a second for a connection while the database is away: 24 issued
+    together fail side by side (in turn they would take over 11 s), none of them waits for the
+    unit before it. Once the database answers, units commit again."""
+    relay = Relay(postgres_cluster, free_port())
+    relay.start()
+    store = PgStore.open_url(relay.url(postgres_url.rsplit("/", 1)[1]))
+    db = store.postgres
+    try:
+        db.write_sync(lambda c: c.execute("SELECT 1"))
+        relay.stop()
+
+        async def issue():
+            return await asyncio.gather(*(db.write(lambda c: c.execute("SELECT 1")) for _ in range(24)),
+                                        return_exceptions=True)
+
+        started = time.monotonic()
+        results = asyncio.run(issue())
+        assert all(isinstance(r, StorageUnavailable) for r in results), results
+        assert time.monotonic() - started < 6
+
+        relay.start()
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                assert asyncio.run(db.write(lambda c: c.execute("SELECT 1").fetchone())) == (1,)
+                break
+            except StorageUnavailable:
+                assert time.monotonic() < deadline, "never committed again"
+                time.sleep(0.2)
+    finally:
+        store.close()
+        relay.stop()
 
 
 def test_a_commit_that_fails_answers_its_caller_and_keeps_nothing(store):
