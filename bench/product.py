@@ -12,7 +12,9 @@ the submits are measured.
 (2) open loop, `--rate` (1,000) leads/s for `--open-duration` (20) s (bench/delivery.py's client:
     latency from the scheduled moment): submit p50/p99 and submit-to-delivered p50/p99.
 Resident memory and CPU: the server's process tree (its delivery process too), memory sampled every
-second under load. `--delivery-process shared` measures delivery inside the server's process.
+second under load; for the open loop also the CPU per acknowledged lead of each of its processes and
+how busy the whole machine was (a fixed rate's latency depends on the headroom left).
+`--delivery-process shared` measures delivery inside the server's process.
 
 Targets (issue 20): ratio >= 0.50, p99 < 20 ms at 64 connections, submit-to-delivered p50 < 10 ms
 at 1,000 leads/s with every lead delivered, resident memory < 300 MB.
@@ -37,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import submit as submit_bench
-from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, stop_all
+from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, stop_all, tree_cpu_seconds
 from bench.delivery import JobCounter, OpenLoop, bundle as delivery_bundle, buyer_get, buyer_reset, pct, \
     wait_drained, _new_loop
 from bench.loadgen import Request, encode_request, free_port, wait_for_port
@@ -64,6 +66,13 @@ class SubmitOpenLoop(OpenLoop):
         return encode_request(Request("POST", "/api/v1/leads/submit", {"X-API-Key": self.key,
                                       "Content-Type": "application/json"}, submit_body(self.first_n + index)),
                               self.hostname)
+
+
+def machine_busy() -> tuple[int, int]:
+    """(busy, total) clock ticks of all cores since boot, from /proc/stat: user to steal (guest
+    time is already in user); idle and iowait are not busy."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -164,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         # (2) open loop at --rate: submit-to-delivered.
         buyer_reset(buyer_port)
         rss = RssSampler(app.pid)
+        tree0, machine0, started = tree_cpu_seconds(app.pid), machine_busy(), time.perf_counter()
+        buyer_cpu0 = cpu_seconds(buyer.pid)
         loop = _new_loop()
         try:
             # sample_lead(n) repeats its email and phone every 10,000,000 n and the closed loop took
@@ -172,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                                                             args.connections, 5_000_000, jobs).run())
         finally:
             loop.close()
+        open_elapsed = time.perf_counter() - started
+        tree1, machine1, buyer_cpu1 = tree_cpu_seconds(app.pid), machine_busy(), cpu_seconds(buyer.pid)
         wanted = sum(1 for s in result.submission if s)
         open_drained = wait_drained(jobs, buyer_port, 0, args.drain_timeout)
         open_rss = rss.stop()
@@ -191,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         "submit_ms": {"p50": round(pct(submit_ms, 50), 2), "p99": round(pct(submit_ms, 99), 2)},
         "submit_to_delivered_ms": {"p50": round(pct(delivered_ms, 50), 2), "p99": round(pct(delivered_ms, 99), 2)},
         "client_cpu_pct": round(100 * result.client_cpu / args.open_duration, 1),
+        "buyer_cpu_pct": round(100 * (buyer_cpu1 - buyer_cpu0) / open_elapsed, 1),
+        # CPU per acknowledged lead by process, and how busy the whole machine was (all cores):
+        # at a fixed rate, what headroom the machine has left is what keeps latency low.
+        "server_cpu_us_per_lead_by_process": {
+            "server" if pid == app.pid else f"child {pid}": round(1e6 * (tree1[pid] - tree0.get(pid, 0.0)) / max(1, wanted))
+            for pid in tree1},
+        "machine_busy_pct": round(100 * (machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 1),
     }
     ratio = round(product["rps"] / bare_run["rps"], 3)
     rss_max = max(product["rss_mb_max"], open_run["rss_mb_max"])
@@ -206,6 +226,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{open_run['submit_ms']['p50']}/{open_run['submit_ms']['p99']} ms, submit-to-delivered p50/p99 "
           f"{open_run['submit_to_delivered_ms']['p50']}/{open_run['submit_to_delivered_ms']['p99']} ms, "
           f"{open_run['delivered']}/{wanted} delivered")
+    print("open loop CPU per lead: " + ", ".join(f"{k} {v} us" for k, v in
+                                                  open_run["server_cpu_us_per_lead_by_process"].items())
+          + f"; client {open_run['client_cpu_pct']}%, buyer {open_run['buyer_cpu_pct']}%, "
+          f"machine {open_run['machine_busy_pct']}% busy (all cores)")
     print(f"resident memory of the server's processes under load: steady {product['rss_mb_median']:.0f} MB "
           f"(closed loop, median), max {rss_max:.0f} MB")
     checks = {
