@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import submit as submit_bench
-from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, stop_all, tree_cpu_seconds
+from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, machine_cpu_seconds, stop_all, \
+    tree_cpu_seconds
 from bench.delivery import JobCounter, OpenLoop, bundle as delivery_bundle, buyer_get, buyer_reset, pct, \
     wait_drained, _new_loop
 from bench.loadgen import Request, encode_request, free_port, wait_for_port
@@ -66,13 +67,6 @@ class SubmitOpenLoop(OpenLoop):
         return encode_request(Request("POST", "/api/v1/leads/submit", {"X-API-Key": self.key,
                                       "Content-Type": "application/json"}, submit_body(self.first_n + index)),
                               self.hostname)
-
-
-def machine_busy() -> tuple[int, int]:
-    """(busy, total) clock ticks of all cores since boot, from /proc/stat: user to steal (guest
-    time is already in user); idle and iowait are not busy."""
-    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    return sum(ticks) - ticks[3] - ticks[4], sum(ticks)
 
 
 def tree_rss_mb(pid: int) -> float:
@@ -173,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         # (2) open loop at --rate: submit-to-delivered.
         buyer_reset(buyer_port)
         rss = RssSampler(app.pid)
-        tree0, machine0, started = tree_cpu_seconds(app.pid), machine_busy(), time.perf_counter()
+        tree0, machine0, started = tree_cpu_seconds(app.pid), sum(machine_cpu_seconds()), time.perf_counter()
         buyer_cpu0 = cpu_seconds(buyer.pid)
         loop = _new_loop()
         try:
@@ -184,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             loop.close()
         open_elapsed = time.perf_counter() - started
-        tree1, machine1, buyer_cpu1 = tree_cpu_seconds(app.pid), machine_busy(), cpu_seconds(buyer.pid)
+        tree1, machine1, buyer_cpu1 = tree_cpu_seconds(app.pid), sum(machine_cpu_seconds()), cpu_seconds(buyer.pid)
         wanted = sum(1 for s in result.submission if s)
         open_drained = wait_drained(jobs, buyer_port, 0, args.drain_timeout)
         open_rss = rss.stop()
@@ -210,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         "server_cpu_us_per_lead_by_process": {
             "server" if pid == app.pid else f"child {pid}": round(1e6 * (tree1[pid] - tree0.get(pid, 0.0)) / max(1, wanted))
             for pid in tree1},
-        "machine_busy_pct": round(100 * (machine1[0] - machine0[0]) / (machine1[1] - machine0[1]), 1),
+        "machine_busy_pct": round(100 * (machine1 - machine0) / (open_elapsed * (os.cpu_count() or 1)), 1),
     }
     ratio = round(product["rps"] / bare_run["rps"], 3)
     rss_max = max(product["rss_mb_max"], open_run["rss_mb_max"])
