@@ -86,6 +86,21 @@ def test_a_status_change_follows_through_to_the_latest_submission(client, tenant
     assert len(again["submissions"][-1]["journeyEvents"]) == len(submission["journeyEvents"])
 
 
+def test_filters_find_the_lead_by_its_new_values_and_by_those_it_kept(client, tenant, lead):
+    # The update names only the indexed columns that changed: each filter must see the change,
+    # and the columns left alone must still be found.
+    data(patch(client, tenant, lead["leadId"], {"status": "rejected", "email": "new@example.com"}))
+
+    def found(query: str) -> bool:
+        leads = data(client.get(f"/api/v1/leads?{query}", headers=tenant.headers))["leads"]
+        return [x["leadId"] for x in leads] == [lead["leadId"]]
+
+    assert found("status=rejected") and not found(f"status={lead['status']}")
+    assert found("search=new@example.com") and not found("search=jan@example.com")
+    assert found("search=4155550100") and found("campaignIds=AC01")
+    assert found("status=rejected&campaignIds=AC01")
+
+
 def test_another_tenants_lead_is_not_found_and_unchanged(client, tenant, other_tenant, lead):
     for lead_id in (lead["leadId"], "lead_NOPE"):
         answer = patch(client, other_tenant, lead_id, {"notes": "mine now"})
