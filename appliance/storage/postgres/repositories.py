@@ -111,7 +111,7 @@ class PgLeads(Leads):
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         ).fetchone()
         if stored is not None and stored[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
-            status, campaign_id, client_id, source_id, created_at = stored
+            status, campaign_id, client_id, source_id, created_at = stored[:5]
             count_leads(self._conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): -1,
                                                 (created_at, lead.campaign_id, lead.client_id, lead.source_id,
                                                  lead.status): 1})
