@@ -214,9 +214,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['server_cpu_pct']:>6.0f}% {r['client_cpu_pct']:>6.0f}%")
     if product.get("server_cpu_pct_by_process"):
         # CPU per answered request (us): what bounds the closed loop's rate once a process is busy.
-        print("server CPU by process: " + ", ".join(f"{k} {v}% ({1e4 * v / product['rps']:.0f} us a submit)"
-                                                  for k, v in product["server_cpu_pct_by_process"].items())
-              + f"; bare endpoint {1e4 * bare_run['server_cpu_pct'] / bare_run['rps']:.0f} us a request")
+        print("server CPU by process: " + ", ".join(
+            f"{k} {v}% ({1e4 * v / max(product['rps'], 1):.0f} us a submit)"
+            for k, v in product["server_cpu_pct_by_process"].items())
+            + f"; bare endpoint {bare_run['server_cpu_us_per_request']:.0f} us a request")
     print(f"buyer CPU {product['buyer_cpu_pct']}%; every lead delivered after the load: {product['all_delivered']} "
           f"{product['lead_statuses']}")
     print(f"open loop {args.rate:.0f}/s for {args.open_duration:.0f} s: submit p50/p99 "

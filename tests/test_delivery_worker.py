@@ -163,6 +163,11 @@ def test_next_priority_sends_to_a_fallback_campaign_with_room(live, runtime):
     assert submission["campaign"]["campaignId"] == "DL2"
     assert submission["responseFields"] == {"echo": "ep2"}
     assert any(e["type"] == "rerouted_for_delivery" for e in submission["journeyEvents"])
+    # the list filters see the lead under the campaign and status its delivery recorded
+    for query, found in (("campaignIds=DL2&status=delivered", True), ("campaignIds=DL1", False),
+                         ("status=qualified", False)):
+        listed = live.get(f"/api/v1/leads?{query}", headers=tenant.headers).json()["data"]["leads"]
+        assert ([x["leadId"] for x in listed] == [data["leadId"]]) is found, query
 
 
 def test_route_action_sends_to_the_named_campaign(live, runtime):

@@ -118,7 +118,8 @@ class Leads:
 
     def update_lead(self, tenant_id: str, lead: LeadRecord, *, names_changed: bool = False,
                     was: LeadRecord | None = None) -> None:
-        """`was`: the stored lead as this transaction read it (its row is then not read again)."""
+        """`was`: the stored lead as this transaction read it (its row is then not read again). Only
+        the indexed columns that differ from it are written: an older record would leave one stale."""
         stored = _was(self._conn, tenant_id, lead.lead_id) if was is None else _was_of(was)
         new = _was_of(lead)
         changed = tuple(name for name, at in _INDEXED.items() if stored is None or new[at] != stored[at])
