@@ -59,6 +59,16 @@ def _was_of(lead: LeadRecord) -> tuple:
             lead.email, lead.phone_e164)
 
 
+def _moved_counts(stored: tuple | None, lead: LeadRecord) -> dict[tuple, int] | None:
+    """The report counts an update moves (`count_leads`' argument): one lead off the stored
+    status and dimensions, one onto the lead's; None when those did not change."""
+    if stored is None or stored[:4] == (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+        return None
+    status, campaign_id, client_id, source_id, created_at = stored[:5]
+    return {(created_at, campaign_id, client_id, source_id, status): -1,
+            (created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status): 1}
+
+
 # The lead's columns an index holds, by their place in `_was`. An UPDATE rewrites the entries of
 # every index holding a column it sets, even one set to the value it had (recording a delivery
 # cost SQLite 14 us instead of 4: bench/README.md), so `update_lead` names only those that changed.
@@ -128,11 +138,8 @@ class Leads:
             (*(new[_INDEXED[name]] for name in changed), lead.source_id, int(lead.is_test), lead.updated_at,
              _LEADS.pack(lead), tenant_id, lead.lead_id),
         )
-        if stored is not None and stored[:4] != new[:4]:
-            status, campaign_id, client_id, source_id, created_at = stored[:5]
-            count_lead(self._conn, tenant_id, created_at, campaign_id, client_id, source_id, status, -1)
-            count_lead(self._conn, tenant_id, created_at, lead.campaign_id, lead.client_id, lead.source_id,
-                       lead.status, 1)
+        if (moved := _moved_counts(stored, lead)) is not None:
+            count_leads(self._conn, tenant_id, moved)
         if names_changed:
             (rowid,) = self._conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()
             self._conn.execute("DELETE FROM leads_names WHERE rowid = ?", (rowid,))

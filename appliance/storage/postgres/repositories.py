@@ -28,6 +28,7 @@ from appliance.storage.leads import (
     LeadFilter,
     Leads,
     _lead_row,
+    _moved_counts,
     _names,
     _was,
     _was_of,
@@ -110,11 +111,8 @@ class PgLeads(Leads):
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         ).fetchone()
-        if stored is not None and stored[:4] != (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
-            status, campaign_id, client_id, source_id, created_at = stored[:5]
-            count_leads(self._conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): -1,
-                                                (created_at, lead.campaign_id, lead.client_id, lead.source_id,
-                                                 lead.status): 1})
+        if (moved := _moved_counts(stored, lead)) is not None:
+            count_leads(self._conn, tenant_id, moved)
         if names_changed and found is not None:
             self._conn.execute("DELETE FROM leads_names WHERE seq = ?", found)
             if names := _names(lead):
