@@ -181,8 +181,9 @@ def _serve(config: Config, host: str | None, port: int | None,
             banner(url)
         settle_for_serving()
         # One HTTP process: SQLite has one writer, and a second intake process only waits for its
-        # lock (measured: bench/README.md, "Two intake processes on one port"); delivery may have a process of its own (appliance/processes.py). No proxy
-        # header rewriting: nothing here reads the client address (limits are per API key).
+        # lock (measured: bench/README.md, "Two intake processes on one port"); delivery may have
+        # a process of its own (appliance/processes.py). No proxy header rewriting: nothing here
+        # reads the client address (limits are per API key).
         server = uvicorn.Server(uvicorn.Config(
             app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level, access_log=False,
             server_header=False, proxy_headers=False, lifespan="on", ws="none", http=server_protocol(config.server)))
