@@ -59,14 +59,16 @@ def _was_of(lead: LeadRecord) -> tuple:
             lead.email, lead.phone_e164)
 
 
-def _moved_counts(stored: tuple | None, lead: LeadRecord) -> dict[tuple, int] | None:
-    """The report counts an update moves (`count_leads`' argument): one lead off the stored
-    status and dimensions, one onto the lead's; None when those did not change."""
-    if stored is None or stored[:4] == (lead.status, lead.campaign_id, lead.client_id, lead.source_id):
+def _moved_counts(stored: tuple | None, new: tuple) -> dict[tuple, int] | None:
+    """The report counts an update moves (`count_leads`' argument), from the stored lead and the
+    updated one as `_was` and `_was_of` give them: one lead off the stored status and dimensions,
+    one onto the new ones; None when those did not change."""
+    if stored is None or stored[:4] == new[:4]:
         return None
     status, campaign_id, client_id, source_id, created_at = stored[:5]
+    new_status, new_campaign_id, new_client_id, new_source_id = new[:4]
     return {(created_at, campaign_id, client_id, source_id, status): -1,
-            (created_at, lead.campaign_id, lead.client_id, lead.source_id, lead.status): 1}
+            (created_at, new_campaign_id, new_client_id, new_source_id, new_status): 1}
 
 
 # The lead's columns an index holds, by their place in `_was`. An UPDATE rewrites the entries of
@@ -138,7 +140,7 @@ class Leads:
             (*(new[_INDEXED[name]] for name in changed), lead.source_id, int(lead.is_test), lead.updated_at,
              _LEADS.pack(lead), tenant_id, lead.lead_id),
         )
-        if (moved := _moved_counts(stored, lead)) is not None:
+        if (moved := _moved_counts(stored, new)) is not None:
             count_leads(self._conn, tenant_id, moved)
         if names_changed:
             (rowid,) = self._conn.execute("SELECT rowid FROM leads WHERE lead_id = ?", (lead.lead_id,)).fetchone()

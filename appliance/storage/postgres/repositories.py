@@ -111,7 +111,7 @@ class PgLeads(Leads):
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
         ).fetchone()
-        if (moved := _moved_counts(stored, lead)) is not None:
+        if (moved := _moved_counts(stored, _was_of(lead))) is not None:
             count_leads(self._conn, tenant_id, moved)
         if names_changed and found is not None:
             self._conn.execute("DELETE FROM leads_names WHERE seq = ?", found)
