@@ -28,7 +28,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -36,7 +39,7 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.jobs.delivery import DeliveryWorker
 from appliance.plugins import load_plugins
-from appliance.runtime import create_runtime, open_runtime
+from appliance.runtime import Runtime, create_runtime, open_runtime
 from appliance.services import tenancy
 from appliance.services.tenant_settings import SettingsCache
 from appliance.processes import settle_for_serving
@@ -86,7 +89,64 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile the database writer thread instead of the event-loop thread")
     args = parser.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="bench-delivery-profile-"))
+    with delivery_bench(args.concurrency) as parts:
+        serial = itertools.count(1)
+        delivered_total = 0
+
+        async def one_round(leads: int, label: str | None, profile: cProfile.Profile | None = None) -> None:
+            nonlocal delivered_total
+            statuses = await _drive(parts.app, parts.key, leads, 64, serial)
+            queued = _queued(parts.runtime)
+            threads0, cpu0 = thread_cpu_seconds(), time.process_time()
+            wall = await _deliver(parts.worker, parts.runtime.metrics, queued, profile, args.writer)
+            cpu = time.process_time() - cpu0
+            threads = thread_cpu_seconds()
+            delivered_total += queued
+            arrived = buyer_get(parts.buyer_port, "stats")
+            if arrived["keys"] != delivered_total:
+                print(f"  warning: the buyer holds {arrived['keys']} leads, {delivered_total} expected")
+            if label is None:
+                return
+            print(f"{label}: {leads} submits (statuses {statuses}), {queued} delivered in {wall:.2f} s "
+                  f"({queued / wall:.0f}/s), concurrency {args.concurrency}")
+            print(f"  {1e6 * cpu / queued:.0f} us CPU per delivered lead (all threads)")
+            for name, seconds in sorted(threads.items()):
+                used = seconds - threads0.get(name, 0.0)
+                if used > 0:
+                    print(f"    {1e6 * used / queued:6.0f} us  {name}")
+
+        async def rounds(profile: cProfile.Profile | None) -> None:
+            await one_round(min(500, args.leads), None)  # warm caches, connections
+            for n in range(args.rounds):
+                await one_round(args.leads, f"round {n + 1}")
+            if profile is not None:
+                await one_round(args.leads, None, profile)
+
+        profile = cProfile.Profile() if args.profile else None
+        with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the delivery process's loop
+            runner.run(rounds(profile))
+        if profile is not None:
+            pstats.Stats(profile).strip_dirs().sort_stats(args.sort).print_stats(args.top)
+    return 0
+
+
+class Parts(NamedTuple):
+    """What a round needs: the intake's app and key, the delivery process's runtime and worker."""
+    intake: Runtime
+    app: Any
+    key: str
+    runtime: Runtime
+    worker: DeliveryWorker
+    buyer_port: int
+
+
+@contextmanager
+def delivery_bench(concurrency: int) -> Iterator[Parts]:
+    """bench.product's tenant in a temporary data dir, the buyer running, the intake's app (no
+    worker: submits wait as deliver jobs) and the worker as `appliance _deliver` runs it (its own
+    runtime on the same database with `synchronous = NORMAL`, the plugins' registry,
+    `SettingsCache`, `settle_for_serving()`). Run the worker on `auto_loop_factory()`'s loop."""
+    work = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
     buyer_port = free_port()
     buyer = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -95,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         config_file = work / "appliance.toml"
         config_file.write_text(f'[storage]\npath = "{work / "data"}"\nsynchronous = "FULL"\n'
                                '[security]\nrate_limit_per_minute = 0\n'
-                               f'[delivery]\nconcurrency = {args.concurrency}\nallow_private_addresses = true\n'
+                               f'[delivery]\nconcurrency = {concurrency}\nallow_private_addresses = true\n'
                                '[plugins]\ndirs = []\n')
         config = load_config(config_file)
         intake = create_runtime(config)
@@ -114,43 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                                                                plugins_listen=registry.listens_to_lead_events),
                                         registry, concurrency=max(delivery_config.delivery.concurrency, 1))
                 settle_for_serving()
-                serial = itertools.count(1)
-                delivered_total = 0
-
-                async def one_round(leads: int, label: str | None, profile: cProfile.Profile | None = None) -> None:
-                    nonlocal delivered_total
-                    statuses = await _drive(app, key, leads, 64, serial)
-                    queued = _queued(runtime)
-                    threads0, cpu0 = thread_cpu_seconds(), time.process_time()
-                    wall = await _deliver(worker, runtime.metrics, queued, profile, args.writer)
-                    cpu = time.process_time() - cpu0
-                    threads = thread_cpu_seconds()
-                    delivered_total += queued
-                    arrived = buyer_get(buyer_port, "stats")
-                    if arrived["keys"] != delivered_total:
-                        print(f"  warning: the buyer holds {arrived['keys']} leads, {delivered_total} expected")
-                    if label is None:
-                        return
-                    print(f"{label}: {leads} submits (statuses {statuses}), {queued} delivered in {wall:.2f} s "
-                          f"({queued / wall:.0f}/s), concurrency {args.concurrency}")
-                    print(f"  {1e6 * cpu / queued:.0f} us CPU per delivered lead (all threads)")
-                    for name, seconds in sorted(threads.items()):
-                        used = seconds - threads0.get(name, 0.0)
-                        if used > 0:
-                            print(f"    {1e6 * used / queued:6.0f} us  {name}")
-
-                async def rounds(profile: cProfile.Profile | None) -> None:
-                    await one_round(min(500, args.leads), None)  # warm caches, connections
-                    for n in range(args.rounds):
-                        await one_round(args.leads, f"round {n + 1}")
-                    if profile is not None:
-                        await one_round(args.leads, None, profile)
-
-                profile = cProfile.Profile() if args.profile else None
-                with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the delivery process's loop
-                    runner.run(rounds(profile))
-                if profile is not None:
-                    pstats.Stats(profile).strip_dirs().sort_stats(args.sort).print_stats(args.top)
+                yield Parts(intake, app, key, runtime, worker, buyer_port)
             finally:
                 runtime.close()
         finally:
@@ -159,8 +183,6 @@ def main(argv: list[str] | None = None) -> int:
         buyer.terminate()
         buyer.wait(10)
         shutil.rmtree(work, ignore_errors=True)
-    return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
