@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.submit_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=5000)
     parser.add_argument("--concurrency", type=int, default=64)
-    parser.add_argument("--top", type=int, default=40)
+    parser.add_argument("--top", type=int, default=40, help="rows of the profile's table; 0: no profiled pass")
     parser.add_argument("--sort", default="tottime", choices=("tottime", "cumulative", "ncalls"))
     parser.add_argument("--webhook", action="store_true",
                         help="subscribe a webhook to every event: the submit also writes its events to the outbox"
@@ -132,9 +132,10 @@ def main(argv: list[str] | None = None) -> int:
                             print(f"    {1e6 * used / args.requests:6.0f} us  {name}")
 
             asyncio.run(run(None))
-            profile = cProfile.Profile()
-            asyncio.run(run(profile))
-            pstats.Stats(profile).strip_dirs().sort_stats(args.sort).print_stats(args.top)
+            if args.top > 0:
+                profile = cProfile.Profile()
+                asyncio.run(run(profile))
+                pstats.Stats(profile).strip_dirs().sort_stats(args.sort).print_stats(args.top)
         finally:
             runtime.close()
     finally:
