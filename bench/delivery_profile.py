@@ -43,6 +43,7 @@ from appliance.runtime import Runtime, create_runtime, open_runtime
 from appliance.services import tenancy
 from appliance.services.tenant_settings import SettingsCache
 from appliance.processes import settle_for_serving
+from bench.campaigns_list import ROOT, stop_all
 from bench.delivery import buyer_get
 from bench.loadgen import free_port, wait_for_port
 from bench.product import bundle
@@ -148,7 +149,7 @@ def delivery_bench(concurrency: int) -> Iterator[Parts]:
     `SettingsCache`, `settle_for_serving()`). Run the worker on `auto_loop_factory()`'s loop."""
     work = Path(tempfile.mkdtemp(prefix="bench-delivery-"))
     buyer_port = free_port()
-    buyer = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)],
+    buyer = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], cwd=ROOT,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(buyer_port, proc=buyer)
@@ -180,8 +181,7 @@ def delivery_bench(concurrency: int) -> Iterator[Parts]:
         finally:
             intake.close()
     finally:
-        buyer.terminate()
-        buyer.wait(10)
+        stop_all([buyer])
         shutil.rmtree(work, ignore_errors=True)
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The least CPU a lead can cost in bench.product's setup, beside what issue 20's ratio allows.
 
-    python -m bench.floor [--duration 8] [--connections 64] [--leads 8000]
+    python -m bench.floor [--duration 8] [--warmup 2] [--connections 64] [--leads 8000] [--out FILE]
 
 The ratio target (0.50 of the bare endpoint's submits/s, on this machine's cores, the load client
 and the buyer on them too) sets a budget: the machine's CPU per lead may not exceed
@@ -11,13 +11,16 @@ the parts of a lead no design can leave out, each alone and with everything arou
     closed loop, the machine's CPU per request (server, load client and the kernel's loopback
     work) -- it decodes the same body;
 (2) the delivery's HTTP exchange: the built-in delivery client (appliance/adapters/http1.py)
-    posting a lead's JSON to bench/buyer.py, `--connections` at a time, requests built before the
-    clock starts, the machine's CPU per exchange (sender, buyer, kernel);
+    posting a lead's JSON to bench/buyer.py, `--connections` at a time for `--duration`, taking its
+    requests in turn from 20,000 built before the clock starts, the machine's CPU per exchange
+    (sender, buyer, kernel);
 (3) the SQL a lead writes: `--leads` submits of bench.product's tenant, then their deliveries, run
     as bench.delivery_profile runs them, every statement of both write connections recorded (the
     transactions as they were grouped); then replayed statement by statement, nothing of Python
     around them but the loop that runs them, against a copy of the database as it was before:
-    CPU per lead, the submit's transactions at synchronous FULL and the delivery's at NORMAL.
+    the machine's CPU per lead (the replaying thread's and the kernel's for its writes), the
+    submit's transactions at synchronous FULL and the delivery's at NORMAL. The replay must add
+    the leads and leave them delivered.
 
 The floor is their sum, with everything else a lead takes (validation, normalization, rules,
 routing, the dedupe's logic, building records and events, asyncio's per-request work, the claim's
@@ -46,6 +49,7 @@ import msgspec
 from uvicorn.loops.auto import auto_loop_factory
 
 from appliance.adapters import http1
+from appliance.processes import settle_for_serving
 from appliance.storage.db import _configure
 from bench.bare_app import sample_lead
 from bench.campaigns_list import ROOT, cpu_seconds, machine_cpu_seconds, stop_all
@@ -74,10 +78,8 @@ def submit_exchange(args: argparse.Namespace) -> dict[str, Any]:
         run = measure("bare decode", f"http://127.0.0.1:{port}/decode", bare_request, bare, args)
     finally:
         stop_all([bare])
-    machine_pct = run["server_cpu_pct"] + run["client_cpu_pct"] + run["other_cpu_pct"]
     return {"rps": run["rps"], "server_us": run["server_cpu_us_per_request"],
-            "client_us": round(1e4 * run["client_cpu_pct"] / run["rps"], 1),
-            "machine_us": round(1e4 * machine_pct / run["rps"], 1)}
+            "client_us": run["client_cpu_us_per_request"], "machine_us": run["machine_cpu_us_per_request"]}
 
 
 def delivery_exchange(args: argparse.Namespace) -> dict[str, Any]:
@@ -94,35 +96,36 @@ def delivery_exchange(args: argparse.Namespace) -> dict[str, Any]:
             ("Idempotency-Key", f"floor-{n}"), ("User-Agent", "lead-appliance")],
             msgspec.json.encode(sample_lead(n)))
 
-    async def send_all(requests: list[http1.Request]) -> None:
-        todo = iter(requests)
+    async def send_for(seconds: float, pool: list[http1.Request]) -> int:
+        """Exchanges over `args.connections` connections for `seconds`, taking requests from `pool`
+        in turn (built beforehand: building them is not the exchange); how many were answered."""
+        deadline, turns, sent = time.perf_counter() + seconds, itertools.cycle(pool), 0
 
         async def one_connection() -> None:
-            for req in todo:
-                response = await client.send(origin, req, max_body=65536)
+            nonlocal sent
+            while time.perf_counter() < deadline:
+                response = await client.send(origin, next(turns), max_body=65536)
                 if response.status != 200:
                     raise RuntimeError(f"the buyer answered {response.status}")
+                sent += 1
 
         await asyncio.gather(*(one_connection() for _ in range(args.connections)))
+        return sent
 
     try:
         wait_for_port(port, proc=buyer)
-        serial = itertools.count()
+        pool = [request(n) for n in range(20_000)]
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the delivery process's loop
-            runner.run(send_all([request(next(serial)) for _ in range(2000)]))  # connections, warm code
-            # About as many exchanges as the closed loop's duration holds at this machine's pace.
-            measured = [request(next(serial)) for _ in range(int(4000 * args.duration))]
-            sender0, buyer0, machine0, t0 = time.process_time(), cpu_seconds(buyer.pid), machine_cpu(), \
-                time.perf_counter()
-            runner.run(send_all(measured))
-            sender1, buyer1, machine1, t1 = time.process_time(), cpu_seconds(buyer.pid), machine_cpu(), \
-                time.perf_counter()
+            warm = runner.run(send_for(args.warmup, pool))  # connections, warm code
+            me = os.getpid()
+            sender0, buyer0, machine0, t0 = cpu_seconds(me), cpu_seconds(buyer.pid), machine_cpu(), time.perf_counter()
+            n = runner.run(send_for(args.duration, pool))
+            sender1, buyer1, machine1, t1 = cpu_seconds(me), cpu_seconds(buyer.pid), machine_cpu(), time.perf_counter()
             runner.run(client.aclose())
-        if buyer_get(port, "stats")["keys"] != 2000 + len(measured):
+        if buyer_get(port, "stats")["requests"] != warm + n:
             raise RuntimeError("the buyer did not record every exchange")
     finally:
         stop_all([buyer])
-    n = len(measured)
     return {"exchanges": n, "per_second": round(n / (t1 - t0)), "sender_us": round(1e6 * (sender1 - sender0) / n, 1),
             "buyer_us": round(1e6 * (buyer1 - buyer0) / n, 1), "machine_us": round(1e6 * (machine1 - machine0) / n, 1)}
 
@@ -134,10 +137,9 @@ def _recorder(into: list[tuple[str, Any]]):  # an apsw exec tracer
     return trace
 
 
-def recorded_sql(leads: int) -> tuple[Path, list, list, Path]:
-    """(3), first half: the statements of `leads` submits and of their deliveries, and a copy of
-    the database from before them (returned with the folder holding it)."""
-    keep = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+def recorded_sql(leads: int, before: Path) -> tuple[list, list]:
+    """(3), first half: the statements of `leads` submits and of their deliveries, and at `before`
+    a copy of the database from before them."""
     submits: list[tuple[str, Any]] = []
     deliveries: list[tuple[str, Any]] = []
     with delivery_bench(64) as parts:
@@ -147,7 +149,7 @@ def recorded_sql(leads: int) -> tuple[Path, list, list, Path]:
         async def run() -> None:
             await _drive(parts.app, parts.key, 500, 64, serial)  # warm: tables, caches, connections
             await _deliver(parts.worker, parts.runtime.metrics, _queued(parts.runtime), None, False)
-            intake_db.backup_to(keep / "before.db")
+            intake_db.backup_to(before)
             intake_db.write_connection.exec_trace = _recorder(submits)
             delivery_db.write_connection.exec_trace = _recorder(deliveries)
             statuses = await _drive(parts.app, parts.key, leads, 64, serial)
@@ -161,30 +163,36 @@ def recorded_sql(leads: int) -> tuple[Path, list, list, Path]:
 
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
             runner.run(run())
-    return keep / "before.db", submits, deliveries, keep
+    return submits, deliveries
 
 
 def replayed_sql(before: Path, submits: list, deliveries: list, leads: int) -> dict[str, Any]:
     """(3), second half: the recorded statements run again on a copy, CPU per lead of each share."""
     conn = apsw.Connection(str(before))
+    counts = "SELECT count(*), count(*) FILTER (WHERE status = 'delivered') FROM leads"
     try:
+        first = conn.execute(counts).fetchone()
         figures: dict[str, Any] = {}
         for name, statements, synchronous in (("submit", submits, "FULL"), ("delivery", deliveries, "NORMAL")):
             _configure(conn, synchronous)
-            started = time.process_time()
+            started, machine0 = time.process_time(), machine_cpu()
             for sql, bindings in statements:
                 for _row in conn.execute(sql, bindings):
                     pass
-            used = time.process_time() - started
+            used, machine = time.process_time() - started, machine_cpu() - machine0
             commits = sum(1 for sql, _ in statements if sql.strip().upper() == "COMMIT")
+            # `us_per_lead`: the replaying thread's CPU, exact; `machine_us_per_lead` adds the
+            # kernel's work for the writes (in 10 ms ticks: read it over thousands of leads).
             figures[name] = {"statements": len(statements), "commits": commits,
                              "statements_per_lead": round(len(statements) / leads, 1),
-                             "us_per_lead": round(1e6 * used / leads, 1)}
-        delivered = conn.execute("SELECT count(*) FROM leads WHERE status = 'delivered'").fetchone()[0]
+                             "us_per_lead": round(1e6 * used / leads, 1),
+                             "machine_us_per_lead": round(1e6 * machine / leads, 1)}
+        last = conn.execute(counts).fetchone()
     finally:
         conn.close()
-    if delivered < leads:  # the replay must have done the work it stands for
-        raise RuntimeError(f"the replay left {delivered} leads delivered, {leads} expected at least")
+    if (last[0] - first[0], last[1] - first[1]) != (leads, leads):  # the replay did the work it stands for
+        raise RuntimeError(f"the replay added {last[0] - first[0]} leads and delivered {last[1] - first[1]},"
+                           f" {leads} of each expected")
     return figures
 
 
@@ -199,16 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     args.processes, args.profile_threads = 1, False  # what bench.submit's measure() reads
 
     cores = os.cpu_count() or 1
+    settle_for_serving()  # the delivery process's collector and switch interval, for (2) and (3)
     submit = submit_exchange(args)
     delivery = delivery_exchange(args)
-    before, submits, deliveries, keep = recorded_sql(args.leads)
+    keep = Path(tempfile.mkdtemp(prefix="bench-floor-"))
     try:
-        sql = replayed_sql(before, submits, deliveries, args.leads)
+        submits, deliveries = recorded_sql(args.leads, keep / "before.db")
+        sql = replayed_sql(keep / "before.db", submits, deliveries, args.leads)
     finally:
         shutil.rmtree(keep, ignore_errors=True)
 
     budget = cores * 1e6 / (TARGET_RATIO * submit["rps"])
-    floor = submit["machine_us"] + delivery["machine_us"] + sql["submit"]["us_per_lead"] + sql["delivery"]["us_per_lead"]
+    floor = submit["machine_us"] + delivery["machine_us"] + sum(share["machine_us_per_lead"] for share in sql.values())
     print(f"budget at ratio {TARGET_RATIO}: {cores} cores / ({TARGET_RATIO} x {submit['rps']:.0f} bare requests/s) "
           f"= {budget:.0f} us of machine CPU a lead")
     print(f"(1) submit's HTTP exchange (bare endpoint): {submit['machine_us']:.0f} us a request "
@@ -216,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"(2) delivery's HTTP exchange: {delivery['machine_us']:.0f} us (sender {delivery['sender_us']:.0f}, "
           f"buyer {delivery['buyer_us']:.0f}); {delivery['per_second']} exchanges/s")
     for name, share in sql.items():
-        print(f"(3) the {name}'s SQL replayed: {share['us_per_lead']:.0f} us a lead ({share['statements_per_lead']} "
-              f"statements a lead, {share['commits']} commits for {args.leads} leads)")
+        print(f"(3) the {name}'s SQL replayed: {share['us_per_lead']:.0f} us a lead, {share['machine_us_per_lead']:.0f} "
+              f"with the kernel's ({share['statements_per_lead']} statements a lead on the write connection, "
+              f"{share['commits']} commits for {args.leads} leads)")
     print(f"floor {floor:.0f} us a lead against a budget of {budget:.0f}: the floor is {100 * floor / budget:.0f} % "
           f"of it, {budget - floor:.0f} us left for everything else a lead takes")
     args.out.parent.mkdir(parents=True, exist_ok=True)

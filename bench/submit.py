@@ -129,6 +129,9 @@ def measure(label: str, url: str, factory, server: subprocess.Popen, args: argpa
     wall = t1 - t0
     out["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / wall, 1)
     out["other_cpu_pct"] = round(100 * ((busy1 - busy0) + (irq1 - irq0) - (cpu1 - cpu0) - result.client_cpu) / wall, 1)
+    # Every process and the kernel, per request, over the one window the server's figure uses.
+    out["machine_cpu_us_per_request"] = round(1e6 * ((busy1 - busy0) + (irq1 - irq0)) / max(1, result.requests), 1)
+    out["client_cpu_us_per_request"] = round(1e6 * result.client_cpu / max(1, result.requests), 1)
     return out
 
 
