@@ -5,8 +5,9 @@ while the machine's speed does not.
 
 On a shared virtual machine the same CPU-time benchmark can move by half between two runs, so a
 change worth a few per cent cannot be told apart from the machine (bench/README.md). valgrind's
-callgrind counts the instructions a process executes instead, the same to a few hundredths of a
-per cent run after run, whatever else the machine does. This runs bench.submit_profile (`--top 0`)
+callgrind counts the instructions a process executes instead, the same to about 1 % run after
+run (how writes group and when the worker claims still depend on timing), whatever else the
+machine does. This runs bench.submit_profile (`--top 0`)
 and bench.delivery_profile each twice under callgrind, with `--small` and `--large` leads, and
 divides the difference by the leads between them, which takes out the start-up and the warm-up:
 instructions a submit (bench.submit's tenant, the app through ASGI, no sockets) and a delivered
