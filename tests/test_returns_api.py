@@ -129,12 +129,16 @@ def test_the_last_day_of_the_window_still_takes_a_return(live, runtime, clock):
 
 def test_a_lead_not_delivered_is_invalid_state(live, runtime):
     tenant = make_tenant(runtime, "T", selling())
-    waiting = submit(live, tenant, lead_body("NB1"))  # no delivery endpoint: it stays qualified
-    assert waiting["status"] == "qualified"
-    refused(live, tenant, waiting["leadId"], "status: the lead is qualified; only a delivered lead can be returned")
     failed = submit(live, tenant, lead_body("DL1", "failure"))
     wait_for(live, tenant, failed["leadId"], status_is("failed"))
-    refused(live, tenant, failed["leadId"], "status: the lead is failed")
+    refused(live, tenant, failed["leadId"], "status: the lead is failed; only a delivered lead can be returned")
+    # A lead whose buyer is paused waits at `queued` for as long as the pause lasts. (A lead left
+    # `qualified` would not do: the worker takes it at once, and without a buyer it fails.)
+    pause = live.post("/api/v1/endpoints/ep/pause", json={"reason": "buyer asked"}, headers=tenant.headers)
+    assert pause.status_code == 200, pause.text
+    waiting = submit(live, tenant, lead_body("DL1"))
+    wait_for(live, tenant, waiting["leadId"], status_is("queued"))
+    refused(live, tenant, waiting["leadId"], "status: the lead is queued")
     assert entries(live, tenant, "?kind=return") == []
 
 
