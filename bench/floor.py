@@ -37,7 +37,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,41 +51,34 @@ from appliance.adapters import http1
 from appliance.processes import settle_for_serving
 from appliance.storage.db import _configure
 from bench.bare_app import sample_lead
-from bench.campaigns_list import ROOT, cpu_seconds, machine_cpu_seconds, stop_all
-from bench.delivery import buyer_get
+from bench.campaigns_list import cpu_seconds, machine_cpu_seconds
+from bench.delivery import Procs, buyer_get
 from bench.delivery_profile import _deliver, _queued, delivery_bench
-from bench.loadgen import free_port, wait_for_port
+from bench.loadgen import free_port
 from bench.submit import bare_request, measure
 from bench.submit_profile import _drive
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RATIO = 0.50
+WARM_LEADS = 500  # submitted and delivered before the SQL is recorded
 
 
-def machine_cpu() -> float:
-    busy, irq = machine_cpu_seconds()
-    return busy + irq
-
-
-def submit_exchange(args: argparse.Namespace) -> dict[str, Any]:
+def submit_exchange(args: argparse.Namespace, procs: Procs) -> dict[str, Any]:
     """(1): the bare endpoint under the closed loop."""
     port = free_port()
-    bare = subprocess.Popen([sys.executable, "-m", "bench.bare_app", "--port", str(port)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    bare = procs.start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(port)], port, None)
     try:
-        wait_for_port(port, proc=bare)
         run = measure("bare decode", f"http://127.0.0.1:{port}/decode", bare_request, bare, args)
     finally:
-        stop_all([bare])
+        procs.stop(bare)
     return {"rps": run["rps"], "server_us": run["server_cpu_us_per_request"],
             "client_us": run["client_cpu_us_per_request"], "machine_us": run["machine_cpu_us_per_request"]}
 
 
-def delivery_exchange(args: argparse.Namespace) -> dict[str, Any]:
+def delivery_exchange(args: argparse.Namespace, procs: Procs) -> dict[str, Any]:
     """(2): the delivery client and the buyer alone."""
     port = free_port()
-    buyer = subprocess.Popen([sys.executable, "-m", "bench.buyer", "--port", str(port)], cwd=ROOT,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    buyer = procs.start("buyer", [sys.executable, "-m", "bench.buyer", "--port", str(port)], port, None)
     origin = http1.Origin("http", "127.0.0.1", port, None)
     client = http1.Client()
 
@@ -113,19 +105,20 @@ def delivery_exchange(args: argparse.Namespace) -> dict[str, Any]:
         return sent
 
     try:
-        wait_for_port(port, proc=buyer)
         pool = [request(n) for n in range(20_000)]
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:  # the delivery process's loop
             warm = runner.run(send_for(args.warmup, pool))  # connections, warm code
-            me = os.getpid()
-            sender0, buyer0, machine0, t0 = cpu_seconds(me), cpu_seconds(buyer.pid), machine_cpu(), time.perf_counter()
+            def reading() -> tuple[float, float, float, float]:  # sender, buyer, machine, wall
+                return cpu_seconds(os.getpid()), cpu_seconds(buyer.pid), sum(machine_cpu_seconds()), time.perf_counter()
+
+            sender0, buyer0, machine0, t0 = reading()
             n = runner.run(send_for(args.duration, pool))
-            sender1, buyer1, machine1, t1 = cpu_seconds(me), cpu_seconds(buyer.pid), machine_cpu(), time.perf_counter()
+            sender1, buyer1, machine1, t1 = reading()
             runner.run(client.aclose())
         if buyer_get(port, "stats")["requests"] != warm + n:
             raise RuntimeError("the buyer did not record every exchange")
     finally:
-        stop_all([buyer])
+        procs.stop(buyer)
     return {"exchanges": n, "per_second": round(n / (t1 - t0)), "sender_us": round(1e6 * (sender1 - sender0) / n, 1),
             "buyer_us": round(1e6 * (buyer1 - buyer0) / n, 1), "machine_us": round(1e6 * (machine1 - machine0) / n, 1)}
 
@@ -147,7 +140,7 @@ def recorded_sql(leads: int, before: Path) -> tuple[list, list]:
         intake_db, delivery_db = parts.intake.store.sqlite, parts.runtime.store.sqlite
 
         async def run() -> None:
-            await _drive(parts.app, parts.key, 500, 64, serial)  # warm: tables, caches, connections
+            await _drive(parts.app, parts.key, WARM_LEADS, 64, serial)  # tables, caches, connections
             await _deliver(parts.worker, parts.runtime.metrics, _queued(parts.runtime), None, False)
             intake_db.backup_to(before)
             intake_db.write_connection.exec_trace = _recorder(submits)
@@ -158,7 +151,7 @@ def recorded_sql(leads: int, before: Path) -> tuple[list, list]:
             await _deliver(parts.worker, parts.runtime.metrics, _queued(parts.runtime), None, False)
             intake_db.write_connection.exec_trace = None
             delivery_db.write_connection.exec_trace = None
-            if buyer_get(parts.buyer_port, "stats")["keys"] != 500 + leads:
+            if buyer_get(parts.buyer_port, "stats")["keys"] != WARM_LEADS + leads:
                 raise RuntimeError("not every lead was delivered")
 
         with asyncio.Runner(loop_factory=auto_loop_factory()) as runner:
@@ -175,11 +168,11 @@ def replayed_sql(before: Path, submits: list, deliveries: list, leads: int) -> d
         figures: dict[str, Any] = {}
         for name, statements, synchronous in (("submit", submits, "FULL"), ("delivery", deliveries, "NORMAL")):
             _configure(conn, synchronous)
-            started, machine0 = time.process_time(), machine_cpu()
+            started, machine0 = time.process_time(), sum(machine_cpu_seconds())
             for sql, bindings in statements:
                 for _row in conn.execute(sql, bindings):
                     pass
-            used, machine = time.process_time() - started, machine_cpu() - machine0
+            used, machine = time.process_time() - started, sum(machine_cpu_seconds()) - machine0
             commits = sum(1 for sql, _ in statements if sql.strip().upper() == "COMMIT")
             # `us_per_lead`: the replaying thread's CPU, exact; `machine_us_per_lead` adds the
             # kernel's work for the writes (in 10 ms ticks: read it over thousands of leads).
@@ -208,14 +201,16 @@ def main(argv: list[str] | None = None) -> int:
 
     cores = os.cpu_count() or 1
     settle_for_serving()  # the delivery process's collector and switch interval, for (2) and (3)
-    submit = submit_exchange(args)
-    delivery = delivery_exchange(args)
-    keep = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    work = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    procs = Procs(work)
     try:
-        submits, deliveries = recorded_sql(args.leads, keep / "before.db")
-        sql = replayed_sql(keep / "before.db", submits, deliveries, args.leads)
+        submit = submit_exchange(args, procs)
+        delivery = delivery_exchange(args, procs)
+        submits, deliveries = recorded_sql(args.leads, work / "before.db")
+        sql = replayed_sql(work / "before.db", submits, deliveries, args.leads)
     finally:
-        shutil.rmtree(keep, ignore_errors=True)
+        procs.close()
+        shutil.rmtree(work, ignore_errors=True)
 
     budget = cores * 1e6 / (TARGET_RATIO * submit["rps"])
     floor = submit["machine_us"] + delivery["machine_us"] + sum(share["machine_us_per_lead"] for share in sql.values())
