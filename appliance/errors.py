@@ -37,6 +37,16 @@ class ValidationFailed(ApiError):
 
 class Unauthorized(ApiError):
     status, code, message = 401, "UNAUTHORIZED", "Authentication required"
+    # RFC 9110 §11.6.1: a 401 carries a challenge saying how to authenticate. No registered scheme
+    # sends a key in a header of its own, so the scheme is ours and its `header` names that header.
+    API_KEY_CHALLENGE = 'APIKey realm="appliance", header="X-API-Key"'
+
+    def __init__(self, challenge: str = API_KEY_CHALLENGE) -> None:
+        super().__init__()
+        self.challenge = challenge
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": self.challenge}
 
 
 class Forbidden(ApiError):

@@ -37,6 +37,7 @@ def test_metrics_count_submits_deliveries_queue_and_latency(tmp_path, backend_to
                 assert httpx.get(f"{base}/metrics").status_code == 401
                 wrong = httpx.get(f"{base}/metrics", headers={"Authorization": "Bearer nope"})
                 assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "UNAUTHORIZED"
+                assert wrong.headers["www-authenticate"] == 'Bearer realm="appliance"'  # a token, not X-API-Key
                 scrape = {"Authorization": "Bearer scrape-token-1234"}
 
                 def scraped() -> dict:

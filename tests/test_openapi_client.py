@@ -93,7 +93,8 @@ def test_generation_keeps_every_operation_and_model(document, generated):
 def test_submit_get_and_patch_through_the_generated_client(server, generated):
     base, tenant = server
     package, _, _ = generated
-    from lead_appliance_client.api.default import get_lead, submit_lead, update_submission
+    from lead_appliance_client.api.leads import get_lead, submit_lead  # one module per tag
+    from lead_appliance_client.api.submissions import update_submission
     from lead_appliance_client.models import LeadDetail, Submission, SubmissionPatch, SubmitLead
 
     client = package.AuthenticatedClient(base_url=base, token=tenant.key, prefix="", auth_header_name="X-API-Key",

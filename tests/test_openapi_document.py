@@ -98,6 +98,32 @@ def test_arrays_inside_examples_and_defaults_are_data_not_schemas():
     assert document["properties"]["default"] == document["properties"]["enum"] == {"type": "array", "items": {}}
 
 
+# ---- what a reader sees ---------------------------------------------------------------------------
+
+def test_every_operation_has_a_summary_a_description_and_a_declared_tag(doc):
+    declared = {tag["name"]: tag.get("description", "") for tag in doc.get("tags", ())}
+    assert declared and all(description.strip() for description in declared.values()), declared
+    operations = [(f"{method.upper()} {path}", operation) for path, item in doc["paths"].items()
+                  for method, operation in item.items()]
+    assert len(operations) > 40
+    undocumented = [name for name, operation in operations
+                    if not operation.get("summary", "").strip() or not operation.get("description", "").strip()]
+    assert undocumented == []
+    untagged = [name for name, operation in operations
+                if not operation.get("tags") or not set(operation["tags"]) <= set(declared)]
+    assert untagged == []
+    # and every declared group holds something
+    assert set(declared) == {tag for _, operation in operations for tag in operation["tags"]}
+
+
+def test_every_401_documents_its_challenge(doc):
+    keyed = [operation for item in doc["paths"].values() for operation in item.values() if operation.get("security")]
+    assert len(keyed) >= 40  # every operation but /healthz
+    answers = [operation["responses"]["401"] for operation in keyed]
+    assert all(answer["headers"]["WWW-Authenticate"]["schema"]["const"]
+               == 'APIKey realm="appliance", header="X-API-Key"' for answer in answers)
+
+
 # ---- validity -------------------------------------------------------------------------------------
 
 def test_the_document_is_valid_openapi_3_1(doc):

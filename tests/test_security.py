@@ -215,16 +215,39 @@ def test_source_key_may_only_submit_to_its_own_campaigns(client, runtime, tenant
                            headers=headers).status_code == 201
 
 
-def test_revoked_and_unknown_keys_are_refused_on_every_route(client, runtime, tenant):
+# The whole body of every 401, byte for byte, and the challenge naming the header to send.
+UNAUTHORIZED = b'{"success":false,"error":{"code":"UNAUTHORIZED","message":"Authentication required"}}'
+CHALLENGE = 'APIKey realm="appliance", header="X-API-Key"'
+
+
+def assert_unauthorized(answer: httpx.Response, *context) -> None:
+    assert answer.status_code == 401, (*context, answer.text)
+    assert answer.content == UNAUTHORIZED, (*context, answer.text)
+    assert answer.headers.get_list("www-authenticate") == [CHALLENGE], (*context, answer.headers)
+
+
+def test_missing_revoked_and_unknown_keys_are_refused_on_every_route(client, runtime, tenant):
     source = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src")
     for key_id in (tenant.key_id, source.key_id):
         tenancy.revoke_key(runtime, key_id)
     near_miss = tenant.key[:-1] + ("A" if tenant.key[-1] != "A" else "B")
-    for key in (tenant.key, source.key, near_miss, tenant.key.upper(), " " + tenant.key + "x", "lsk_" + "0" * 38):
+    for key in (None, "", tenant.key, source.key, near_miss, tenant.key.upper(), " " + tenant.key + "x",
+                "lsk_" + "0" * 38):
+        headers = {} if key is None else {"X-API-Key": key}
         for method, path in routes_of(client.app):
-            answer = client.request(method, fill(path), headers={"X-API-Key": key}, json={})
-            assert answer.status_code == 401, (method, path, answer.text)
-            assert answer.json()["error"] == {"code": "UNAUTHORIZED", "message": "Authentication required"}
+            assert_unauthorized(client.request(method, fill(path), headers=headers, json={}), key, method, path)
+
+
+def test_a_real_server_refuses_missing_revoked_and_unknown_keys_with_the_challenge(runtime, tenant):
+    """Through uvicorn: submit is answered before Litestar (api/submit_edge.py), the rest by it."""
+    revoked = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src")
+    tenancy.revoke_key(runtime, revoked.key_id)
+    with live_server(runtime, background=False) as base, httpx.Client(base_url=base, timeout=10) as http:
+        for headers in ({}, {"X-API-Key": "lsk_" + "0" * 38}, {"X-API-Key": revoked.key}):
+            assert_unauthorized(http.post(SUBMIT, json={"campaignId": "AC01", **person(30)}, headers=headers),
+                                headers)
+            assert_unauthorized(http.get("/api/v1/campaigns", headers=headers), headers)
+        assert http.get("/api/v1/campaigns", headers=tenant.headers).status_code == 200
 
 
 # ---- how keys are compared --------------------------------------------------------------------

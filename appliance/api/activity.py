@@ -13,9 +13,14 @@ from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT
 from appliance.services import activity
 
 Query = Annotated[str | None, QueryParameter()]
+TAGS = ["Activity"]  # this module's group in the OpenAPI document
 
 
-@get("/api/v1/activity", operation_id="listActivity", sync_to_thread=False,
+@get("/api/v1/activity", operation_id="listActivity",
+     summary="List recent requests", tags=TAGS,
+     description=("The requests made with the tenant's keys (key name, method, route template, status, duration), "
+                  "newest first; the log is written about once a second, so the newest appear a moment later."),
+     sync_to_thread=False,
      opt={"data": activity.ActivityPage, "errors": ["VALIDATION_ERROR"],
           "query": {"cursor": {"type": "string", "pattern": "^[0-9]+$",
                                "description": "nextCursor of the previous page."}}})

@@ -19,9 +19,15 @@ DEFAULT_LIMIT, MAX_LIMIT = 50, 100
 # Declared as optional strings (as the interface lists them) and parsed by us, so a bad value is a
 # VALIDATION_ERROR naming the parameter.
 Query = Annotated[str | None, QueryParameter()]
+TAGS = ["Campaigns"]  # this module's group in the OpenAPI document
 
 
-@get("/api/v1/campaigns", operation_id="listCampaigns", sync_to_thread=False, opt={"data": CampaignPage})
+@get("/api/v1/campaigns", operation_id="listCampaigns",
+     summary="List campaigns", tags=TAGS,
+     description=("The tenant's campaigns as its bundle configures them, a page at a time, filtered by active, "
+                  "client, offer or text; archived ones only with includeArchived=true. Ingestion sources show "
+                  "their key's prefix, never the key."),
+     sync_to_thread=False, opt={"data": CampaignPage})
 def campaigns_list(
     request: Request,
     page: Query = None,

@@ -16,9 +16,14 @@ from appliance.services.endpoints import EndpointItem, EndpointPage, PauseBody
 DEFAULT_LIMIT, MAX_LIMIT = 25, 100
 Query = Annotated[str | None, QueryParameter()]
 EndpointId = Annotated[str, PathParameter(name="deliveryEndpointId")]
+TAGS = ["Delivery endpoints"]  # this module's group in the OpenAPI document
 
 
-@get("/api/v1/endpoints", operation_id="listEndpoints", opt={"data": EndpointPage, "errors": ["VALIDATION_ERROR"]})
+@get("/api/v1/endpoints", operation_id="listEndpoints",
+     summary="List delivery endpoints and their health", tags=TAGS,
+     description=("The tenant's buyer endpoints in id order with their state, errors in a row, the last day's "
+                  "outcomes and the deliveries waiting for them."),
+     opt={"data": EndpointPage, "errors": ["VALIDATION_ERROR"]})
 async def list_endpoints(request: Request, cursor: Query = None, limit: Query = None) -> Response:
     """Delivery endpoints with their health, in id order; `cursor` is the previous page's last id."""
     tenant_id = principal(request.scope).tenant_id
@@ -31,7 +36,11 @@ async def _body(request: Request) -> PauseBody:
     return await read_json(request, PauseBody) if await request.body() else PauseBody()
 
 
-@post("/api/v1/endpoints/{deliveryEndpointId:str}/pause", operation_id="pauseEndpoint", status_code=200,
+@post("/api/v1/endpoints/{deliveryEndpointId:str}/pause", operation_id="pauseEndpoint",
+      summary="Pause a delivery endpoint", tags=TAGS,
+      description=("Its deliveries wait, not fail, until it is resumed; pausing a paused endpoint changes nothing. "
+                   "404 NOT_FOUND for an endpoint the tenant does not have."),
+      status_code=200,
       opt={"body": PauseBody, "body_optional": True, "data": EndpointItem,
            "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
 async def pause_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
@@ -44,7 +53,11 @@ async def pause_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
     return ok(done.item)
 
 
-@post("/api/v1/endpoints/{deliveryEndpointId:str}/resume", operation_id="resumeEndpoint", status_code=200,
+@post("/api/v1/endpoints/{deliveryEndpointId:str}/resume", operation_id="resumeEndpoint",
+      summary="Resume a delivery endpoint", tags=TAGS,
+      description=("Makes the endpoint active again with its counters reset; the deliveries that waited are due at "
+                   "once. 404 NOT_FOUND for an endpoint the tenant does not have."),
+      status_code=200,
       opt={"body": PauseBody, "body_optional": True, "data": EndpointItem,
            "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
 async def resume_endpoint(request: Request, endpoint_id: EndpointId) -> Response:

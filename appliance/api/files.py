@@ -13,9 +13,15 @@ from appliance.api.io import ok, ok_raw, read_json
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 FileKey = Annotated[str, PathParameter(name="fileKey")]
+TAGS = ["Files"]  # this module's group in the OpenAPI document
 
 
-@post("/api/v1/files", operation_id="upsertFile", status_code=201,
+@post("/api/v1/files", operation_id="upsertFile",
+      summary="Create or replace a file reference", tags=TAGS,
+      description=("Stores the reference to a lead's document (its URL, name and type) under a file key: 201 when "
+                   "new, 200 with the same fileId when it replaced one. A lead that is not the tenant's is a 400 "
+                   "naming leadId."),
+      status_code=201,
       opt={"body": files.FileBody, "data": files.FileReference, "status": 201, "also_status": [200]})
 async def upsert_file(request: Request) -> Response:
     """Creates (201) or updates (200, same fileId) the file reference of (leadId, fileKey)."""
@@ -25,14 +31,21 @@ async def upsert_file(request: Request) -> Response:
     return ok(reference, 201 if created else 200)
 
 
-@get("/api/v1/files/{leadId:str}/{fileKey:str}", operation_id="getFile", sync_to_thread=False,
+@get("/api/v1/files/{leadId:str}/{fileKey:str}", operation_id="getFile",
+     summary="Get a file reference", tags=TAGS,
+     description="A lead's file reference for one file key; 404 NOT_FOUND when there is none.",
+     sync_to_thread=False,
      opt={"data": files.FileReference, "errors": ["NOT_FOUND"]})
 def get_file(request: Request, lead_id: LeadId, file_key: FileKey) -> Response:
     tx = request.app.state.runtime.store.reader()
     return ok_raw(files.get_doc(tx, principal(request.scope).tenant_id, lead_id, file_key))
 
 
-@get("/api/v1/files/{leadId:str}", operation_id="listFiles", sync_to_thread=False,
+@get("/api/v1/files/{leadId:str}", operation_id="listFiles",
+     summary="List a lead's file references", tags=TAGS,
+     description=("Every file reference of a lead, an empty list when it has none; 404 NOT_FOUND when the lead is "
+                  "not the tenant's."),
+     sync_to_thread=False,
      opt={"data": files.FileList, "errors": ["NOT_FOUND"]})
 def list_files(request: Request, lead_id: LeadId) -> Response:
     tx = request.app.state.runtime.store.reader()

@@ -37,6 +37,8 @@ IMPORT_FORM = {
     },
 }
 
+TAGS = ["Imports"]  # this module's group in the OpenAPI document
+
 
 class _Form:
     """The parts of an import form: small fields in memory, the file in a temporary file."""
@@ -117,7 +119,12 @@ def _process(text: str | None) -> bool:
     raise ValidationFailed(["process: must be true or false"])
 
 
-@post("/api/v1/leads/import", operation_id="importLeads", status_code=202, request_max_body_size=None,
+@post("/api/v1/leads/import", operation_id="importLeads",
+      summary="Import a CSV file of leads", tags=TAGS,
+      description=("Uploads a CSV file (multipart/form-data) into a campaign: the whole file is checked, the answer"
+                   " (202) gives the import's id and its rows are imported in the background. 400 names the bad "
+                   "part, 409 INVALID_STATE when 4 imports of the tenant are running, 415 for another body type."),
+      status_code=202, request_max_body_size=None,
       opt={"form": IMPORT_FORM, "data": lead_import.ImportStarted, "status": 202, "errors": ["VALIDATION_ERROR", "INVALID_STATE"]})
 async def import_leads(request: Request) -> Response:
     """Checks the whole file, records the import and answers at once; the rows are imported by
@@ -150,7 +157,11 @@ async def begin_import(state: State, who: KeyRecord, form: _Form) -> str:
     return import_id
 
 
-@get("/api/v1/imports/{importId:str}", operation_id="getImport", sync_to_thread=False,
+@get("/api/v1/imports/{importId:str}", operation_id="getImport",
+     summary="Get an import's progress", tags=TAGS,
+     description=("Where an import stands: its state, its row counts and the first failed rows with their problems;"
+                  " 404 NOT_FOUND when it is not the tenant's."),
+     sync_to_thread=False,
      opt={"data": lead_import.ImportStatus, "errors": ["NOT_FOUND"]})
 def get_import(request: Request, import_id: ImportId) -> Response:
     found = lead_import.get(request.app.state.runtime, principal(request.scope).tenant_id, import_id)

@@ -23,9 +23,16 @@ from appliance.model import Model
 from appliance.storage import KeyRecord, LeadFilter, Store
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
+TAGS = ["Leads"]  # this module's group in the OpenAPI document
 
 
-@post("/api/v1/leads/submit", operation_id="submitLead", status_code=201,
+@post("/api/v1/leads/submit", operation_id="submitLead",
+      summary="Submit a lead", tags=TAGS,
+      description=("Stores a lead for a campaign and runs intake (validation, normalization, dedupe, routing, "
+                   "qualification) before answering with its id and status; with `leadId` it resubmits a stored "
+                   "lead. The one route a source key may call: 403 FORBIDDEN for a campaign or lead that is not its"
+                   " source's, 400 names every bad field."),
+      status_code=201,
       opt={"body": SubmitLead, "data": intake.SubmitResult, "status": 201, "errors": ["FORBIDDEN"]})
 async def submit_lead(request: Request) -> Response:
     # Declared here for the OpenAPI document and for what the edge leaves to Litestar (a trailing
@@ -49,7 +56,12 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
     return ok_body(result)
 
 
-@post("/api/v1/leads/{leadId:str}/approve", operation_id="approveLead", status_code=200,
+@post("/api/v1/leads/{leadId:str}/approve", operation_id="approveLead",
+      summary="Approve or reject a held lead", tags=TAGS,
+      description=("Records a person's decision on a lead held for review: `approved` lets its delivery go ahead, "
+                   "`rejected` stops it, `pending` opens the question again. 409 INVALID_STATE when approving or "
+                   "rejecting a lead with no pending decision."),
+      status_code=200,
       opt={"body": approvals.ApproveBody, "data": approvals.ApproveResult, "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     who = principal(request.scope)
@@ -61,7 +73,12 @@ async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result)
 
 
-@post("/api/v1/leads/{leadId:str}/return", operation_id="returnLead", status_code=200,
+@post("/api/v1/leads/{leadId:str}/return", operation_id="returnLead",
+      summary="Return a delivered lead", tags=TAGS,
+      description=("A buyer sent a delivered lead back: within the endpoint's return window the lead becomes "
+                   "`returned` and a return ledger entry cancels the delivery's revenue. 409 INVALID_STATE when it "
+                   "is not delivered, already returned, past the window or the endpoint takes no returns."),
+      status_code=200,
       opt={"body": returns.ReturnBody, "data": returns.ReturnResult, "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def return_lead(request: Request, lead_id: LeadId) -> Response:
     """See appliance/services/returns.py: a delivered lead sent back within its return window."""
@@ -157,7 +174,12 @@ def _page_json(rows: list[tuple[str, bytes]], limit: int) -> bytes:
             + b',"hasMore":' + (b"true" if has_more else b"false") + b"}")
 
 
-@get("/api/v1/leads", operation_id="listLeads", opt={"data": LeadPage})
+@get("/api/v1/leads", operation_id="listLeads",
+     summary="List leads", tags=TAGS,
+     description=("The tenant's leads newest first, without their submissions, filtered by campaign, client, offer,"
+                  " status, creation dates or a search on email, phone, id or name; `nextCursor` gives the next "
+                  "page. 400 names a bad filter or a cursor that is not one of the tenant's leads."),
+     opt={"data": LeadPage})
 async def list_leads(
     request: Request,
     cursor: Query = None,
@@ -199,7 +221,11 @@ async def list_leads(
 
 # ---- GET /api/v1/leads/{leadId} ----------------------------------------------------------------
 
-@get("/api/v1/leads/{leadId:str}", operation_id="getLead", sync_to_thread=False,
+@get("/api/v1/leads/{leadId:str}", operation_id="getLead",
+     summary="Get a lead", tags=TAGS,
+     description=("One lead with every submission it had, oldest first; 404 NOT_FOUND when it does not exist or "
+                  "belongs to another tenant."),
+     sync_to_thread=False,
      opt={"data": LeadDetail, "errors": ["NOT_FOUND"]})
 def get_lead(request: Request, lead_id: LeadId) -> Response:
     """The lead record with its submissions, oldest first."""
@@ -228,7 +254,12 @@ def _allowed_keys(exc: ValidationFailed, prefix: str, keys: tuple[str, ...]) -> 
 
 # ---- PATCH /api/v1/leads/{leadId} ---------------------------------------------
 
-@patch("/api/v1/leads/{leadId:str}", operation_id="updateLead", status_code=200,
+@patch("/api/v1/leads/{leadId:str}", operation_id="updateLead",
+       summary="Change a lead", tags=TAGS,
+       description=("Changes a lead's status, notes and other bulk-update keys, or its contact fields, checked and "
+                    "normalized as a submit does; a status change reaches its latest submission and its waiting "
+                    "delivery. 400 names each bad field (an unknown key lists the allowed ones)."),
+       status_code=200,
        opt={"body": lead_updates.LeadPatch, "data": LeadDetail, "errors": ["NOT_FOUND"]})
 async def update_lead(request: Request, lead_id: LeadId) -> Response:
     """See appliance/services/lead_updates.py: the bulk-update keys and the contact fields."""
@@ -246,7 +277,11 @@ async def update_lead(request: Request, lead_id: LeadId) -> Response:
 
 # ---- PATCH /api/v1/leads/bulk -------------------------------------------------
 
-@patch("/api/v1/leads/bulk", operation_id="bulkUpdateLeads", status_code=200,
+@patch("/api/v1/leads/bulk", operation_id="bulkUpdateLeads",
+       summary="Change many leads", tags=TAGS,
+       description=("Applies the same changes to up to 1,000 leads named by id and answers how many changed; ids "
+                    "that are not the tenant's change nothing."),
+       status_code=200,
        opt={"body": lead_updates.BulkUpdateBody, "data": lead_updates.BulkUpdateResult})
 async def bulk_update_leads(request: Request) -> Response:
     """See appliance/services/lead_updates.py for the keys and what a status change does."""
@@ -263,7 +298,12 @@ async def bulk_update_leads(request: Request) -> Response:
 
 # ---- POST /api/v1/leads/{leadId}/repost and /deliver -------------------
 
-@post("/api/v1/leads/{leadId:str}/repost", operation_id="repostLead", status_code=201,
+@post("/api/v1/leads/{leadId:str}/repost", operation_id="repostLead",
+      summary="Send a lead again", tags=TAGS,
+      description=("Makes a new submission of a failed, rejected, errored or returned lead and schedules its "
+                   "delivery, optionally to another campaign or endpoint or with changed fields; no body is a plain"
+                   " retry. 409 INVALID_STATE when the lead's status does not allow it."),
+      status_code=201,
       opt={"body": reposts.RepostBody, "body_optional": True, "data": reposts.RepostResult, "status": 201,
            "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def repost_lead(request: Request, lead_id: LeadId) -> Response:
@@ -279,7 +319,11 @@ async def repost_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result, 201)
 
 
-@post("/api/v1/leads/{leadId:str}/deliver", operation_id="deliverLead", status_code=201,
+@post("/api/v1/leads/{leadId:str}/deliver", operation_id="deliverLead",
+      summary="Deliver a lead by hand", tags=TAGS,
+      description=("Makes a new submission of the lead to the campaign given, without routing, and schedules its "
+                   "delivery. 409 INVALID_STATE when the lead is delivered or a delivery is already scheduled."),
+      status_code=201,
       opt={"body": reposts.DeliverBody, "data": reposts.DeliverResult, "status": 201,
            "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
@@ -293,7 +337,12 @@ async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
     return ok(result, 201)
 
 
-@post("/api/v1/leads/redeliver", operation_id="redeliverLeads", status_code=200,
+@post("/api/v1/leads/redeliver", operation_id="redeliverLeads",
+      summary="Send matching leads again", tags=TAGS,
+      description=("Sends again every failed, error or queued lead that matches the filters (at most 10,000 a call,"
+                   " oldest first) and answers how many matched, were sent and were skipped, with why. 400 names an"
+                   " unknown campaign, endpoint or status."),
+      status_code=200,
       opt={"body": reposts.RedeliverBody, "data": reposts.RedeliverResult, "errors": ["VALIDATION_ERROR"]})
 async def redeliver_leads(request: Request) -> Response:
     """Failed, error or queued leads by filter, sent again (at most 10,000 a call); see

@@ -16,6 +16,7 @@ from appliance.services.ledger import LedgerEntry
 from appliance.storage import LedgerFilter
 
 KINDS = ("cost", "revenue", "return")
+TAGS = ["Ledger"]  # this module's group in the OpenAPI document
 Query = Annotated[str | None, QueryParameter()]
 
 
@@ -25,7 +26,11 @@ class LedgerPage(Model):
     has_more: bool
 
 
-@get("/api/v1/ledger", operation_id="listLedgerEntries", opt={"data": LedgerPage, "errors": ["VALIDATION_ERROR"]})
+@get("/api/v1/ledger", operation_id="listLedgerEntries",
+     summary="List ledger entries", tags=TAGS,
+     description=("What leads cost and earned, entry by entry (cost, revenue, return), newest first, filtered by "
+                  "lead, campaign, client, source, kind or dates. 400 names a bad filter."),
+     opt={"data": LedgerPage, "errors": ["VALIDATION_ERROR"]})
 async def list_ledger(
     request: Request,
     cursor: Query = None,

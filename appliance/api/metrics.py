@@ -20,7 +20,7 @@ def metrics(request: Request) -> Response:
     token = state.runtime.config.metrics.token
     if token and not hmac.compare_digest(request.headers.get("authorization", "").encode(),
                                          f"Bearer {token}".encode()):
-        raise Unauthorized()
+        raise Unauthorized(challenge='Bearer realm="appliance"')  # a token, not an API key (RFC 6750)
     return Response(state.render_metrics(), media_type=CONTENT_TYPE)
 
 

@@ -18,6 +18,7 @@ from litestar.exceptions import NotFoundException
 from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.plugins import JsonRenderPlugin, OpenAPIRenderPlugin
+from litestar.openapi.spec import Tag
 from litestar.params import FromPath
 from litestar.routes import BaseRoute, HTTPRoute
 
@@ -25,7 +26,7 @@ from appliance.api.catalog import CATEGORIES
 from appliance.api.io import QUERY_INT_MAX
 from appliance.domain.lead import LEAD_STATUSES
 from appliance.domain.report import GROUP_BY as REPORT_GROUP_BY, zone_names
-from appliance.errors import ERRORS_BY_STATUS, JSON
+from appliance.errors import ERRORS_BY_STATUS, JSON, Unauthorized
 
 REF = "#/components/schemas/{name}"
 ERROR_STATUS = {cls.code: cls.status for cls in ERRORS_BY_STATUS.values()} | {"INTERNAL_ERROR": 500}
@@ -102,6 +103,29 @@ _COMPONENT_RULES: dict[str, dict[str, Any]] = {
     "BulkUpdates": {"minProperties": 1},
 }
 _REQUEST_ID = {"X-Request-Id": {"schema": {"type": "string"}, "description": "Id of this request in the logs"}}
+_CHALLENGE = {"schema": {"type": "string", "const": Unauthorized.API_KEY_CHALLENGE},
+              "description": "How to authenticate: an API key in the X-API-Key header"}
+# The groups of operations, in the order a reader meets them; each route module tags its routes.
+TAGS = [
+    Tag(name="Leads", description="Submit leads, find and read them, change them, and decide what happens to "
+        "them next: approve or reject, return, send again."),
+    Tag(name="Submissions", description="Each pass of a lead through intake, with its qualification, routing "
+        "and delivery, and the outcomes other systems record on it."),
+    Tag(name="Imports", description="CSV files of leads imported into a campaign in the background."),
+    Tag(name="Files", description="References to a lead's documents (agreements, licences) kept elsewhere."),
+    Tag(name="SMS", description="Text messages sent to leads, and their conversations."),
+    Tag(name="Pixels", description="Server-side conversion events sent to ad platforms."),
+    Tag(name="Campaigns", description="The tenant's campaigns, as its configuration bundle defines them."),
+    Tag(name="Catalog", description="Questionnaires and the field library: what a lead may carry."),
+    Tag(name="Delivery endpoints", description="Buyers' endpoints: their health, and pausing or resuming "
+        "deliveries to them."),
+    Tag(name="Suppression lists", description="Emails and phone numbers no lead may be sold with."),
+    Tag(name="Webhooks", description="Signed callbacks for lead events, and what each attempt to send one did."),
+    Tag(name="Ledger", description="What each lead cost and earned, entry by entry, returns included."),
+    Tag(name="Reports", description="Lead counts and margin over a date range."),
+    Tag(name="Activity", description="The requests made with the tenant's keys."),
+    Tag(name="Health", description="Liveness for load balancers and monitors; no key needed."),
+]
 
 
 def _envelope(data_schema: dict[str, Any]) -> dict[str, Any]:
@@ -169,6 +193,8 @@ def build_document(app: Any) -> dict[str, Any]:
             entry["description"] = ", ".join(filter(None, [entry["description"], code]))
             if code in ("RATE_LIMITED", "SERVICE_UNAVAILABLE"):
                 entry["headers"]["Retry-After"] = {"schema": {"type": "integer"}}
+            elif code == "UNAUTHORIZED":
+                entry["headers"]["WWW-Authenticate"] = _CHALLENGE
         operation["responses"] = responses
     _complete_arrays(doc)  # last: the whole document, Litestar's part and ours
     _no_nul_in_strings(doc)
@@ -387,6 +413,7 @@ def openapi_config(title: str, version: str) -> OpenAPIConfig:
     return OpenAPIConfig(
         title=title,
         version=version,
+        tags=TAGS,
         render_plugins=[CompletedOpenApiJson(), SwaggerPage()],  # the first also answers /schema/
         openapi_router=SchemaRouter(SCHEMA_PATH, route_handlers=[], opt={"public": True}, include_in_schema=False),
     )

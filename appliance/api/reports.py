@@ -13,8 +13,13 @@ from appliance.api.io import ok, query_str
 from appliance.domain.report import ReportSummary
 from appliance.services import reports
 
+TAGS = ["Reports"]  # this module's group in the OpenAPI document
+
 
 @get("/api/v1/reports/summary", operation_id="getReportSummary",
+     summary="Summarize leads and money", tags=TAGS,
+     description=("Lead counts and cost, revenue and margin over a date range, grouped by campaign, client, source,"
+                  " endpoint or day in a time zone. 400 names an unknown groupBy or time zone, or a bad range."),
      opt={"data": ReportSummary, "errors": ["VALIDATION_ERROR"]})
 async def report_summary(
     request: Request,

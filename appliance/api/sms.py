@@ -15,9 +15,14 @@ from appliance.errors import ValidationFailed
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 Query = Annotated[str | None, QueryParameter()]
+TAGS = ["SMS"]  # this module's group in the OpenAPI document
 
 
-@post("/api/v1/sms/send", operation_id="sendSms", status_code=201,
+@post("/api/v1/sms/send", operation_id="sendSms",
+      summary="Send a text message to a lead", tags=TAGS,
+      description=("Sends an SMS to the lead's phone through the tenant's provider and stores it. 404 NOT_FOUND for"
+                   " an unknown lead; 502 PROVIDER_ERROR when the provider refuses it or cannot be reached."),
+      status_code=201,
       opt={"body": sms.SmsSendBody, "data": sms.SmsSendResult, "status": 201,
            "errors": ["NOT_FOUND", "PROVIDER_ERROR"]})
 async def send_sms(request: Request) -> Response:
@@ -27,7 +32,11 @@ async def send_sms(request: Request) -> Response:
     return ok(await sms.send(state.runtime, state.registry, who.tenant_id, body), 201)
 
 
-@get("/api/v1/leads/{leadId:str}/messages", operation_id="listLeadMessages", sync_to_thread=False,
+@get("/api/v1/leads/{leadId:str}/messages", operation_id="listLeadMessages",
+     summary="List a lead's text messages", tags=TAGS,
+     description=("The SMS messages of the lead's conversations, newest first, a page at a time; 404 NOT_FOUND for "
+                  "an unknown lead, 400 for a cursor that is not a message id."),
+     sync_to_thread=False,
      opt={"data": sms.LeadMessagePage, "errors": ["NOT_FOUND", "VALIDATION_ERROR"],
           "query": {"cursor": {"type": "string", "pattern": "^msg_",
                                "description": "nextCursor of the previous page (a messageId)."}}})

@@ -45,8 +45,9 @@ class SuppressionListPage(Model):
 
 
 class EntryChange(Model):
-    add: Annotated[list[Value], Meta(min_length=1, max_length=MAX_VALUES)] | UnsetType = UNSET
-    remove: Annotated[list[Value], Meta(min_length=1, max_length=MAX_VALUES)] | UnsetType = UNSET
+    # An empty list changes nothing (a client sending whatever its form holds may send none).
+    add: Annotated[list[Value], Meta(max_length=MAX_VALUES)] | UnsetType = UNSET
+    remove: Annotated[list[Value], Meta(max_length=MAX_VALUES)] | UnsetType = UNSET
 
 
 class EntryChangeResult(Model):
