@@ -2,15 +2,29 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import shlex
 import signal
 import socket
+import ssl
 import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+
+
+def appliance_command() -> list[str]:
+    """How tests that run the appliance as a user does start it: `APPLIANCE_TEST_COMMAND` names
+    an installed one (a regular `pip install .`'s script, the one-file binary: .ci/smoke-install
+    and .ci/smoke-binary set it), else this checkout through the test's own Python."""
+    given = os.environ.get("APPLIANCE_TEST_COMMAND")
+    return shlex.split(given) if given else [sys.executable, "-m", "appliance"]
 
 
 def free_port() -> int:
@@ -31,18 +45,36 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: flo
         proc.wait(5)
 
 
-def wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout: float = 20.0) -> None:
-    """Until GET /healthz answers 200; fails with the server's log if it exits or takes too long."""
+def wait_healthy(base_url: str, proc: subprocess.Popen, log: Path, timeout: float = 20.0,
+                 verify: ssl.SSLContext | bool = True) -> None:
+    """Until GET /healthz answers 200; fails with the server's log if it exits or takes too long.
+    `verify`: for an https `base_url`, a context trusting the server's certificate."""
     deadline = time.monotonic() + timeout
     while True:
         assert proc.poll() is None, log.read_text()
         try:
-            if httpx.get(f"{base_url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{base_url}/healthz", timeout=1, verify=verify).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving(config: Path, log: Path, port: int, *, host: str = "127.0.0.1", scheme: str = "http",
+            verify: ssl.SSLContext | bool = True) -> Iterator[subprocess.Popen]:
+    """`appliance serve` on `host`:`port`, its output in `log`, once GET /healthz answers 200 at
+    `scheme`://127.0.0.1:`port`; stopped on exit."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen([*appliance_command(), "--config", str(config), "serve", "--host", host,
+                                 "--port", str(port)], cwd=Path(__file__).resolve().parent.parent,
+                                stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_healthy(f"{scheme}://127.0.0.1:{port}", proc, log, verify=verify)
+        yield proc
+    finally:
+        stop_process(proc)
 
 
 def alive(pid: int) -> bool:

@@ -8,12 +8,11 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.processes import free_port, stop_process, wait_healthy
+from tests.processes import appliance_command, free_port, stop_process, wait_healthy
 
 
 @pytest.mark.skipif(not any(os.access(os.path.join(d, "curl"), os.X_OK) for d in os.environ["PATH"].split(":")),
@@ -24,7 +23,7 @@ def test_the_demo_banner_curl_lines_work_and_the_lead_is_delivered(tmp_path, bac
     config.write_text(f'[storage]\npath = "{tmp_path / "data"}"\n{backend_toml}[server]\nport = {port}\n')
     log = tmp_path / "demo.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "appliance", "--config", str(config), "demo"],
+        proc = subprocess.Popen([*appliance_command(), "--config", str(config), "demo"],
                                 stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
         try:
             # Listening, not just started up: uvicorn binds its port after "Application startup

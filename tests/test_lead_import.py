@@ -107,12 +107,28 @@ def test_mapping_overrides_names_and_takes_dotted_paths(client, tenant):
     assert (lead["firstName"], lead["address"]["state"], lead["customFields"]) == ("Ann", "TX", {"loss": "500"})
 
 
-def test_an_is_test_column_is_read_as_a_boolean(client, tenant):
-    text = "firstName,lastName,email,phone,isTest\nA,B,ab@example.com,4155550030,true\nC,D,cd@example.com,4155550031,maybe\n"
-    done = finished(client, tenant, start(client, tenant, text, process="false"))
-    assert done["created"] == 1 and done["errors"][0]["row"] == 2
-    assert done["errors"][0]["details"][0].startswith("isTest: ")
-    assert leads(client, tenant)[0]["isTest"] is True
+@pytest.mark.parametrize("written, meant", [("true", True), ("FALSE", False), ("Yes", True), ("no", False),
+                                             ("1", True), ("0", False), (" YES ", True)])
+def test_boolean_columns_read_as_a_person_writes_them(client, tenant, written, meant):
+    text = f"firstName,lastName,email,phone,isTest,TCPA Consent\nA,B,ab@example.com,4155550030,{written},{written}\n"
+    done = finished(client, tenant, start(client, tenant, text, process="false",
+                                          mapping='{"TCPA Consent": "compliance.tcpaConsent"}'))
+    assert (done["created"], done["errors"]) == (1, []), done
+    (stored,) = leads(client, tenant)
+    lead = data(client.get(f"/api/v1/leads/{stored['leadId']}", headers=tenant.headers))
+    assert lead["isTest"] is meant and lead["compliance"]["tcpaConsent"] is meant
+
+
+def test_a_boolean_cell_in_neither_form_is_a_row_error_naming_its_column(client, tenant):
+    text = ("firstName,lastName,email,phone,isTest,TCPA Consent\n"
+            "A,B,ab@example.com,4155550030,true,y\nC,D,cd@example.com,4155550031,maybe,no\n")
+    done = finished(client, tenant, start(client, tenant, text, process="false",
+                                          mapping='{"TCPA Consent": "compliance.tcpaConsent"}'))
+    assert done["created"] == 0 and done["failed"] == 2
+    assert done["errors"] == [
+        {"row": 1, "details": ["compliance.tcpaConsent: column 'TCPA Consent' must read true/false, yes/no or 1/0,"
+                               " not 'y'"]},
+        {"row": 2, "details": ["isTest: column 'isTest' must read true/false, yes/no or 1/0, not 'maybe'"]}]
 
 
 @pytest.mark.parametrize("content, form, field", [

@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from appliance.domain.lead import Address
+from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.domain.submission import SubmitLead
 
 _LEFT_OUT = ("campaignId", "leadId", "files")
@@ -22,6 +23,9 @@ FIELDS: tuple[str, ...] = tuple(f.encode_name for f in msgspec.structs.fields(Su
                                 if f.encode_name not in _LEFT_OUT)
 ADDRESS_FIELDS: tuple[str, ...] = tuple(f.encode_name for f in msgspec.structs.fields(Address))
 OPEN_OBJECTS = ("questionnaire", "attribution", "compliance", "customFields")
+# Fields a submit body takes as JSON true/false: a CSV cell holds them as a person writes them.
+BOOLEAN_TARGETS = frozenset(entry.key for entry in STANDARD_FIELDS if entry.data_type == "boolean")
+_BOOLEAN_WORDS = {"true": True, "yes": True, "1": True, "false": False, "no": False, "0": False}
 _SEPARATORS = re.compile(r"[\s_\-.]+")
 # Header names people use for a field besides its own (compared squashed, see _squash).
 _ALIASES = {
@@ -95,18 +99,27 @@ def resolve_columns(header: Sequence[str], mapping: Mapping[str, str | None]) ->
     return columns, problems
 
 
-def row_body(cells: Sequence[str], columns: Sequence[tuple[int, str]], campaign_id: str) -> dict[str, Any]:
-    """A data row as a submit body (JSON-shaped): each mapped, non-blank cell at its target."""
+def row_body(cells: Sequence[str], columns: Sequence[tuple[int, str]], campaign_id: str,
+             header: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """A data row as a submit body (JSON-shaped): each mapped, non-blank cell at its target, and
+    the problems of cells that cannot be read as their field's type (naming the column)."""
     body: dict[str, Any] = {"campaignId": campaign_id}
+    problems: list[str] = []
     for index, target in columns:
         if index >= len(cells):
             continue
-        value = cells[index].strip()
+        value: Any = cells[index].strip()
         if not value:
             continue
+        if target in BOOLEAN_TARGETS:
+            value = _BOOLEAN_WORDS.get(value.lower(), value)
+            if not isinstance(value, bool):
+                problems.append(f"{target}: column {header[index].strip()!r} must read true/false, yes/no or 1/0,"
+                                f" not {value!r}")
+                continue
         head, dot, rest = target.partition(".")
         if dot:
             body.setdefault(head, {})[rest] = value
         else:
             body[head] = value
-    return body
+    return body, problems

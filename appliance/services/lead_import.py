@@ -116,6 +116,7 @@ class CheckedFile:
     """A CSV file that passed `check_file`: its columns and how many data rows it holds."""
 
     handle: BinaryIO
+    header: list[str]
     columns: list[tuple[int, str]]  # (column index, target)
     names: dict[str, str]  # CSV column name -> target
     total: int
@@ -175,7 +176,7 @@ def check_file(handle: BinaryIO, mapping: dict[str, str | None]) -> CheckedFile:
     if total == 0:
         raise ValidationFailed(["file: no data rows after the header"])
     names = {header[index].strip(): target for index, target in columns}
-    return CheckedFile(handle=handle, columns=columns, names=names, total=total)
+    return CheckedFile(handle=handle, header=header, columns=columns, names=names, total=total)
 
 
 # ---- rows -------------------------------------------------------------------------------------
@@ -203,7 +204,9 @@ class Tally:
 def _submit_body(cells: list[str], checked: CheckedFile, campaign_id: str) -> SubmitLead | list[str]:
     """The row as a submit body, or its problems. CSV cells are text: numbers and booleans are
     read from it as a submit body's JSON would give them."""
-    document = row_body(cells, checked.columns, campaign_id)
+    document, problems = row_body(cells, checked.columns, campaign_id, checked.header)
+    if problems:
+        return problems
     try:
         return msgspec.convert(document, SubmitLead, strict=False)
     except msgspec.ValidationError as exc:
