@@ -3,7 +3,7 @@
 Submit is the hot path, and Litestar's per-request machinery (router, middleware stack, request
 and response objects) costs about as much CPU as the whole submit pipeline: on this machine a
 bare Litestar endpoint that decodes a lead serves ~10,800 requests/s, the same decode as a plain
-ASGI app on the same uvicorn ~40,000/s (bench/README.md). So the edge answers exactly
+ASGI app on the same uvicorn ~40,000/s (bench/HISTORY.md). So the edge answers exactly
 `POST /api/v1/leads/submit` itself, through the same functions as every route (authenticate,
 require_json, submit_json, the error envelope); anything else on that path (other methods,
 OPTIONS, a trailing slash) still goes through Litestar, where the route is declared for the

@@ -242,7 +242,7 @@ class DeliveryWorker:
         transaction. SQLite empties a connection's page cache when a read transaction starts
         after a commit (each delivery makes one), and each statement outside a transaction is a
         transaction of its own: read job by job, every statement read its index pages again
-        (bench/README.md). Each tenant's config revision and paused endpoints are read once."""
+        (bench/HISTORY.md). Each tenant's config revision and paused endpoints are read once."""
         tenants: dict[str, tuple[int, frozenset[str]]] = {}
         tx = self.runtime.store.reader()
         with tx:

@@ -9,9 +9,9 @@ connections.
 - Threads' units (CLI, tests) and any group the loop could not run (a unit that raised, another
   process holding the write lock) go to the writer thread, which runs and commits them.
 
-Measured on this machine class (bench/README.md): group commit keeps `synchronous=FULL` affordable,
+Measured on this machine class (bench/HISTORY.md): group commit keeps `synchronous=FULL` affordable,
 while one commit per request does not. Units ran on the writer thread until the submit benchmark
-showed the two threads trading the GIL at every statement (bench/README.md)."""
+showed the two threads trading the GIL at every statement (bench/HISTORY.md)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,7 @@ def hand_over_the_gil_quickly() -> None:
     over, and after its COMMIT) while the event loop runs Python without pause under load. At the
     default 5 ms switch interval it waited 5 ms each time, the first time holding SQLite's write
     lock, which the other process then waited for too. At 0.5 ms: 0.6 ms (a loop thread busy in
-    Python against a writer thread committing, p50; bench/README.md)."""
+    Python against a writer thread committing, p50; bench/HISTORY.md)."""
     sys.setswitchinterval(min(sys.getswitchinterval(), _SWITCH_INTERVAL_SECONDS))
 
 
@@ -338,7 +338,7 @@ class Database:
     # Units queued by coroutines run on their event loop's thread, and only the COMMIT (the WAL
     # write and its fsync) on the writer thread, or on the loop when it does not fsync. Running
     # them on the writer thread made the two threads trade the GIL at every SQL statement on one
-    # busy core (bench/README.md).
+    # busy core (bench/HISTORY.md).
 
     def _run_on_loop(self, pending: _LoopWrites) -> None:
         pending.scheduled = False

@@ -73,7 +73,7 @@ def _moved_counts(stored: tuple | None, new: tuple) -> dict[tuple, int] | None:
 
 # The lead's columns an index holds, by their place in `_was`. An UPDATE rewrites the entries of
 # every index holding a column it sets, even one set to the value it had (recording a delivery
-# cost SQLite 14 us instead of 4: bench/README.md), so `update_lead` names only those that changed.
+# cost SQLite 14 us instead of 4: bench/HISTORY.md), so `update_lead` names only those that changed.
 _INDEXED = {"status": 0, "campaign_id": 1, "client_id": 2, "offer_id": 5, "email": 6, "phone_e164": 7}
 
 

@@ -352,7 +352,7 @@ def m008_report_rollups(conn: apsw.Connection) -> None:
     # counts by Leads.insert_lead and update_lead (storage/reports.count_lead), not by triggers on
     # leads: with a trigger, every INSERT and UPDATE of a lead (foreign key, NOT NULL) opens a
     # statement journal that copies each page the statement touches, ~30 us per lead
-    # (bench/README.md), where the two statements cost ~5.
+    # (bench/HISTORY.md), where the two statements cost ~5.
     for table, seconds in (("", 900), ("_daily", 86400)):
         conn.execute(
             f"""

@@ -4,7 +4,7 @@ hold, without default values, as MessagePack.
 Why: a lead is written to the WAL at its commit, to the database file at the next checkpoint,
 and synced twice; per submit that writing cost about as much CPU as the rest of the write. As
 JSON with every field, a typical lead row (~2.3 KB) took a 4 KB page alone and a submission
-(~1.8 KB) half of one; packed, two leads and three submissions share a page (bench/README.md).
+(~1.8 KB) half of one; packed, two leads and three submissions share a page (bench/HISTORY.md).
 
 Rows written before, and records MessagePack cannot carry (integers beyond 64 bits, which JSON
 bodies may hold), are the whole record as JSON: `unpack` and `json_of` tell them by their first

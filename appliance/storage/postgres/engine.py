@@ -6,7 +6,7 @@ event loop never waits for the network), and takes the database's one writer loc
 advisory lock) before anything else. That is the SQLite store's model across every process
 sharing the database: units run one after another, and at READ COMMITTED each statement sees
 every unit committed before it, so caps, delivery limits, dedupe and the rotation stay exact.
-SERIALIZABLE without the lock was measured first (bench/README.md): every submit of a campaign
+SERIALIZABLE without the lock was measured first (bench/HISTORY.md): every submit of a campaign
 updates the same report rollup row and every delivery its endpoint's hour and its limit's counter,
 so most units were aborted and run again, some gave up after 30 runs (a 500, or a delivery sent
 twice), and throughput was half of the lock's. A unit PostgreSQL still aborts (a deadlock) runs
