@@ -23,7 +23,7 @@ from appliance.api.io import MAX_BODY, nul_in_url
 from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
 from appliance.console import routes as console
-from appliance.console.session import HEADERS as CONSOLE_HEADERS
+from appliance.console.session import HEADERS as CONSOLE_HEADERS, TLS_HEADERS as CONSOLE_TLS_HEADERS
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS, ValidationFailed, error_body
 from appliance.jobs.delivery import DeliveryWorker
@@ -65,7 +65,9 @@ class ApplianceApp(Litestar):
         status_seen = 500
         # Every answer under /admin carries the console's headers, also a 404 or 405 of a path no
         # console route matched (the console router's own middleware runs only on its routes).
-        console_headers = CONSOLE_HEADERS if scope["path"].startswith("/admin") else ()
+        console_headers = ()
+        if scope["path"].startswith("/admin"):
+            console_headers = CONSOLE_TLS_HEADERS if scope.get("scheme") == "https" else CONSOLE_HEADERS
 
         async def send_with_id(message: Message) -> None:
             nonlocal status_seen

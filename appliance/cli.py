@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import socket
 import stat
@@ -27,7 +28,7 @@ from appliance.services.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
-from appliance.instance_lock import DataFolderBusy, hold, running_server, server_processes
+from appliance.instance_lock import DataFolderBusy, hold, let_go, running_server, server_processes
 from appliance.plugins import PluginError
 from appliance.processes import DeliveryProcess, run_delivery_process, settle_for_serving
 from appliance.private_paths import private_folder
@@ -141,13 +142,22 @@ def _serve(config: Config, host: str | None, port: int | None,
 
     from appliance.api.server_protocol import server_protocol
     from appliance.app import create_app
+    from appliance.tls import Server, TlsError, check_pair, plain_http_warning
 
     bind_host, bind_port = host or config.server.host, port or config.server.port
-    url = f"http://{bind_host}:{bind_port}"
+    tls = config.server.tls
+    url = f"{'https' if tls else 'http'}://{bind_host}:{bind_port}"
     logs.configure(config.logging.format, config.log_level)
     problem = _cannot_listen(bind_host, bind_port)
     if problem:
         _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
+    if tls:
+        try:
+            check_pair(config.server.tls_cert_file, config.server.tls_key_file)
+        except TlsError as exc:
+            _fail(str(exc))
+    elif warning := plain_http_warning(bind_host, bind_port):
+        logging.getLogger("appliance.tls").warning("%s", warning)
     if setup is not None:
         try:
             private_folder(config.data_dir)
@@ -163,30 +173,31 @@ def _serve(config: Config, host: str | None, port: int | None,
     try:
         banner = setup() if setup is not None else None
         runtime = open_runtime(config, keep_trying=True)  # an unreachable PostgreSQL: served with 503s until reached
-    except (StorageError, SecretError) as exc:
-        lock.close()
+    except (StorageError, SecretError) as exc:  # e.g. a folder never initialised: left as it was
+        let_go(lock, config.data_dir)
         _fail(str(exc))
     except BaseException:  # setup refused (one line already printed): the folder is free again
-        lock.close()
+        let_go(lock, config.data_dir)
         raise
     delivery_process = DeliveryProcess(config, lock, runtime.metrics) if config.delivery.own_process() else None
     try:
         app = create_app(runtime, delivery_process=delivery_process)
     except PluginError as exc:
         runtime.close()
-        lock.close()
+        let_go(lock, config.data_dir)
         _fail(str(exc))
     try:
         if banner:
             banner(url)
         settle_for_serving()
         # One HTTP process: SQLite has one writer, and a second intake process only waits for its
-        # lock (measured: bench/README.md, "Two intake processes on one port"); delivery may have
+        # lock (measured: bench/HISTORY.md, "Two intake processes on one port"); delivery may have
         # a process of its own (appliance/processes.py). No proxy header rewriting: nothing here
         # reads the client address (limits are per API key).
-        server = uvicorn.Server(uvicorn.Config(
+        server = Server(uvicorn.Config(
             app, host=bind_host, port=bind_port, log_config=None, log_level=config.log_level, access_log=False,
-            server_header=False, proxy_headers=False, lifespan="on", ws="none", http=server_protocol(config.server)))
+            server_header=False, proxy_headers=False, lifespan="on", ws="none", http=server_protocol(config.server),
+            ssl_certfile=config.server.tls_cert_file or None, ssl_keyfile=config.server.tls_key_file or None))
         if delivery_process is not None:
             delivery_process.stop_server = lambda: setattr(server, "should_exit", True)
         server.run()
@@ -249,6 +260,8 @@ def _demo_banner(tenant_id: str, key: str, base_url: str) -> None:
                f"{base_url}/api/v1/leads/submit -d '{json.dumps(DEMO_LEAD, separators=(',', ':'))}'")
     click.echo("then see it delivered:")
     click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/leads")
+    click.echo(f"admin console (sign in with the key): {base_url}/admin/")
+    click.echo(f"API docs: {base_url}/schema/swagger (OpenAPI document: {base_url}/schema/openapi.json)")
 
 
 @main.group()
@@ -306,11 +319,15 @@ def key_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
 
 
 @key.command("revoke")
-@click.argument("key_id")
+@click.argument("key_or_id", metavar="KEY_ID")
+@click.option("--json", "as_json", is_flag=True)
 @admin_command
-def key_revoke(runtime: Runtime, key_id: str) -> None:
-    tenancy.revoke_key(runtime, key_id)
-    click.echo(f"revoked {key_id}")
+def key_revoke(runtime: Runtime, key_or_id: str, as_json: bool) -> None:
+    """Revoke a key by its key id (`key list --tenant T`), or by the key itself, say one that
+    leaked: it is looked up by its hash and never printed."""
+    key_id, tenant_id = tenancy.revoke_key(runtime, key_or_id)
+    _emit(as_json, {"keyId": key_id, "tenantId": tenant_id, "revoked": True},
+          f"revoked {key_id} (tenant {tenant_id})")
 
 
 @main.group()
@@ -539,22 +556,39 @@ def backup(runtime: Runtime, dest: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("backup_file", metavar="BACKUP", type=click.Path(exists=True, dir_okay=False))
-@click.option("--yes", is_flag=True, help="Replace the database without asking.")
+@click.option("--yes", is_flag=True, help="Replace the database without asking (needed without a terminal).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def restore(ctx: click.Context, backup_file: str, yes: bool, as_json: bool) -> None:
     """Replace the database with BACKUP (checked first; refused while a server runs on the data
-    folder). The database it replaces is kept beside it."""
+    folder). Asks first on a terminal; without one, --yes is needed. The database it replaces is
+    kept beside it."""
     config = ctx.obj["config"]()
     if config.storage.backend == "postgresql":
         _restore_postgresql(config, Path(backup_file), as_json)
         return
     _check_backup(config, Path(backup_file))  # before anything is created
+    if not yes:
+        _confirm_restore(config, Path(backup_file))
     lock = _hold_for_restore(config)
     try:
-        _restore(config, Path(backup_file), yes, as_json)
+        _restore(config, Path(backup_file), as_json)
     finally:
         lock.close()
+
+
+def _confirm_restore(config: Config, backup_file: Path) -> None:
+    """Ask on a terminal (default no); a script must say --yes. Asked before the data folder is
+    made or taken, so that a "no" leaves nothing behind, and not while a server runs on it (the
+    restore would be refused after the answer)."""
+    if not sys.stdin.isatty():
+        _fail("restore replaces the database: confirm with --yes")
+    serving = running_server(config.data_dir) if config.data_dir.is_dir() else None
+    if serving:
+        _fail(f"{serving}: stop it before restoring")
+    # On standard error, so that standard output holds only the --json answer.
+    if not click.confirm(f"Replace {config.database_file} with {backup_file}?", default=False, err=True):
+        _fail(f"restore cancelled: {config.database_file} was left as it was")
 
 
 def _hold_for_restore(config: Config) -> IO[str]:
@@ -599,11 +633,7 @@ def _check_backup(config: Config, backup_file: Path) -> None:
         _fail(str(exc))
 
 
-def _restore(config: Config, backup_file: Path, yes: bool, as_json: bool) -> None:
-    if not yes:
-        if not sys.stdin.isatty():
-            _fail("restore replaces the database: confirm with --yes")
-        click.confirm(f"Replace {config.database_file} with {backup_file}?", abort=True)
+def _restore(config: Config, backup_file: Path, as_json: bool) -> None:
     stamp = f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}"
     keep_as = config.database_file.with_name(f"appliance-before-restore-{stamp}.db")
     for n in itertools.count(2):  # a second restore within the same second keeps both
@@ -654,19 +684,28 @@ def migrate(ctx: click.Context, url: str, as_json: bool) -> None:
           f" keep [storage] path = {config.data_dir}: the master key stays there")
 
 
+class _Caution(Exception):
+    """A doctor check that passes but deserves a look: a WARN line (`"warning": true` in --json)."""
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check the config, the master key (against the stored secrets), the database, the plugin
-    folders, and say whether a server runs on the data folder."""
+    folders, the address served (and its TLS certificate), and say whether a server runs on the
+    data folder."""
+    from appliance.tls import TlsError, check_pair, plain_http_warning
+
     config = ctx.obj["config"]()
     results: list[dict[str, Any]] = []
 
     def check(label: str, fn: Callable[[], str]) -> None:
         try:
             results.append({"check": label, "ok": True, "detail": fn()})
-        except (StorageError, SecretError, OSError, PluginError) as exc:  # every failure, not the first
+        except _Caution as exc:
+            results.append({"check": label, "ok": True, "warning": True, "detail": str(exc)})
+        except (StorageError, SecretError, OSError, PluginError, TlsError) as exc:  # every failure, not the first
             results.append({"check": label, "ok": False, "detail": str(exc)})
 
     def master_key() -> str:
@@ -703,6 +742,16 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
             raise PluginError(f"missing plugin folders: {', '.join(missing)}")
         return ", ".join(f"{d}{' (missing)' if d in missing else ''}" for d in config.plugins.dirs) or "none"
 
+    def listening() -> str:
+        served = config.server
+        if served.tls:
+            check_pair(served.tls_cert_file, served.tls_key_file)
+            return f"https://{served.host}:{served.port} (certificate {served.tls_cert_file})"
+        warning = plain_http_warning(served.host, served.port)
+        if warning:
+            raise _Caution(warning)
+        return f"http://{served.host}:{served.port} (this machine only)"
+
     def server() -> str:
         return (running_server(config.data_dir) if config.data_dir.is_dir() else None) or "no server running"
 
@@ -721,11 +770,13 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     check("master key", master_key)
     check("database", database)
     check("plugin folders", plugin_dirs)
+    check("listening", listening)
     check("server", server)
     check("processes", processes)
     failed = [r for r in results if not r["ok"]]
     _emit(as_json, {"ok": not failed, "checks": results},
-          "\n".join(f"{'ok  ' if r['ok'] else 'FAIL'}  {r['check']}: {r['detail']}" for r in results))
+          "\n".join(f"{'FAIL' if not r['ok'] else 'WARN' if r.get('warning') else 'ok  '}  {r['check']}: "
+                    f"{r['detail']}" for r in results))
     if failed:
         sys.exit(1)
 
@@ -734,10 +785,9 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def plugins_(ctx: click.Context, as_json: bool) -> None:
-    """List the loaded adapters, the files they come from and the plugins that failed to load."""
-    import logging
-
-    from appliance.plugins import load_plugins
+    """List each loaded plugin with the adapters and hooks it provides and the file it comes from,
+    and the plugins that failed to load."""
+    from appliance.plugins import ADAPTER_HOOKS, load_plugins
 
     config = ctx.obj["config"]()
     plugin_log = logging.getLogger("appliance.plugins")
@@ -750,15 +800,26 @@ def plugins_(ctx: click.Context, as_json: bool) -> None:
         plugin_log.disabled = False
     from appliance.adapters import trustedform
 
-    adapters = [{"kind": e.kind, "name": e.name, "plugin": e.plugin, "file": e.file} for e in registry.entries]
+    plugins = [{"plugin": r.name, "file": r.file, "builtin": r.builtin,
+                "adapters": [{"kind": kind, "name": name} for kind, name in r.provides], "hooks": r.hooks}
+               for r in registry.load_report if r.error is None]
     # The certificate claims are built in, not pluggable; listed so an operator sees them with their settings' table.
-    adapters.append({"kind": "compliance", "name": "trustedform", "plugin": "trustedform", "file": trustedform.__file__})
+    plugins.append({"plugin": "trustedform", "file": trustedform.__file__, "builtin": True,
+                    "adapters": [{"kind": "compliance", "name": "trustedform"}], "hooks": []})
+    adapters = [{**a, "plugin": p["plugin"], "file": p["file"]} for p in plugins for a in p["adapters"]]
     errors = [{"plugin": r.name, "file": r.file, "error": r.error} for r in registry.errors]
     dirs = [str(d) for d in registry.dirs]
-    lines = [f"{a['kind']:<9} {a['name']:<20} {a['plugin']}  {a['file']}" for a in adapters] or ["no adapters loaded"]
+    adapter_hooks = {hook for hook, _base in ADAPTER_HOOKS.values()}  # their lines are the adapters they return
+
+    def provided(plugin: dict) -> list[tuple[str, str]]:
+        shown = [(a["kind"], a["name"]) for a in plugin["adapters"]]
+        shown += [("hook", hook) for hook in plugin["hooks"] if hook not in adapter_hooks]
+        return shown or [("-", "provides nothing")]
+
+    lines = [f"{kind:<9} {name:<20} {p['plugin']}  {p['file']}" for p in plugins for kind, name in provided(p)]
     lines += [f"error     {e['plugin'] or '-':<20} {e['file']}: {e['error']}" for e in errors]
     lines.append("plugin folders: " + (", ".join(dirs) or "none"))
-    _emit(as_json, {"adapters": adapters, "errors": errors, "dirs": dirs}, "\n".join(lines))
+    _emit(as_json, {"plugins": plugins, "adapters": adapters, "errors": errors, "dirs": dirs}, "\n".join(lines))
 
 
 _REPORT_OPTIONS = {"groupBy": "--group-by", "startDate": "--from", "endDate": "--to", "timezone": "--timezone"}

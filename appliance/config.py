@@ -37,6 +37,9 @@ class ServerConfig(Settings):
     # The console's session cookie is Secure on every answer (a TLS proxy in front that does not
     # send X-Forwarded-Proto); without it, only when the request came over TLS.
     secure_cookies: bool = False
+    # PEM files: both set, the server answers HTTPS only (SIGHUP loads them again, appliance/tls.py).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.port <= 65535:
@@ -47,6 +50,14 @@ class ServerConfig(Settings):
             invalid("header_timeout_seconds", "must be more than 0 and at most 3600")
         if self.max_incomplete_requests < 1:
             invalid("max_incomplete_requests", "must be 1 or more")
+        if self.tls_cert_file and not self.tls_key_file:
+            invalid("tls_key_file", "is needed with tls_cert_file (both PEM files, or neither)")
+        if self.tls_key_file and not self.tls_cert_file:
+            invalid("tls_cert_file", "is needed with tls_key_file (both PEM files, or neither)")
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_cert_file)
 
 
 class LoggingConfig(Settings):
@@ -216,9 +227,6 @@ class OutboundAdapterSettings(Settings):
             invalid("region", "must be a two-letter uppercase country code")
 
 
-BUILTIN_PLUGIN_TABLES = ("twilio", "telnyx", "meta_capi", "tiktok_events")
-
-
 class TrustedFormSettings(Settings):
     """`[plugins.trustedform]`: where certificates are claimed (adapters/trustedform.py) and the
     account's API key, sent as HTTP basic `API:<key>` (never logged or stored)."""
@@ -233,6 +241,13 @@ class TrustedFormSettings(Settings):
             invalid("timeout_seconds", "must be more than 0 and at most 120")
 
 
+# The built-in adapters' own [plugins.<name>] tables, and the struct each is checked with at load.
+BUILTIN_PLUGIN_SETTINGS: dict[str, type[Settings]] = {
+    "twilio": OutboundAdapterSettings, "telnyx": OutboundAdapterSettings, "meta_capi": OutboundAdapterSettings,
+    "tiktok_events": OutboundAdapterSettings, "trustedform": TrustedFormSettings,
+}
+
+
 class PluginsConfig(Settings):
     dirs: list[str] = msgspec.field(default_factory=lambda: ["./plugins"])
     strict: bool = False  # a plugin that fails to load stops start-up instead of being skipped
@@ -240,11 +255,10 @@ class PluginsConfig(Settings):
     tables: dict[str, dict] = {}
 
     def __post_init__(self) -> None:
-        for name in (*BUILTIN_PLUGIN_TABLES, "trustedform"):
+        for name, settings in BUILTIN_PLUGIN_SETTINGS.items():
             if name in self.tables:
                 try:
-                    msgspec.convert(self.tables[name],
-                                    TrustedFormSettings if name == "trustedform" else OutboundAdapterSettings)
+                    msgspec.convert(self.tables[name], settings)
                 except msgspec.ValidationError as exc:
                     path, problem = describe_validation_error(exc).split(": ", 1)
                     invalid(name if path == "body" else f"{name}.{path}", problem)

@@ -58,27 +58,43 @@ def _open(folder: Path) -> IO[str]:
 def hold(folder: Path, since: str, *, command: str = "serve", url: str | None = None) -> IO[str]:
     """Take the folder for this process (keep the returned file open while serving or
     restoring), or raise DataFolderBusy naming the process that has it."""
-    handle = _open(folder)
     deadline = time.monotonic() + ORPHAN_WAIT_SECONDS
     while True:
+        handle = _open(folder)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
         except BlockingIOError:
             # The server that took the folder is gone, but its delivery process still finishes the
             # deliveries it had in flight: wait for it, as a service manager's quick restart must.
             held = _record(handle)
+            handle.close()
             if time.monotonic() < deadline and not _holder_alive(held):
                 time.sleep(0.1)
                 continue
-            busy = _describe(held, folder)
-            handle.close()
-            raise DataFolderBusy(busy) from None
+            raise DataFolderBusy(_describe(held, folder)) from None
+        if _is_at_path(handle, folder):
+            break
+        handle.close()  # a refused start removed the file after we opened it: take the one there now
     handle.seek(0)
     handle.truncate()
     handle.write(json.dumps({"command": command, "pid": os.getpid(), "url": url, "since": since}))
     handle.flush()
     return handle
+
+
+def _is_at_path(handle: IO[str], folder: Path) -> bool:
+    try:
+        return os.path.samestat(os.fstat(handle.fileno()), os.stat(folder / LOCK_NAME))
+    except FileNotFoundError:
+        return False
+
+
+def let_go(handle: IO[str], folder: Path) -> None:
+    """Give the folder back after a refused start, removing the lock file so that the refusal
+    leaves nothing behind. Removed while still locked: `hold` only keeps a lock on the file that
+    is at the path, so no other process can be left holding the removed one."""
+    (folder / LOCK_NAME).unlink(missing_ok=True)
+    handle.close()
 
 
 def record_processes(folder: Path, processes: list[dict]) -> None:

@@ -74,6 +74,7 @@ class PluginReport:
     name: str | None
     file: str
     provides: list[tuple[str, str]] = field(default_factory=list)  # (kind, adapter name)
+    hooks: list[str] = field(default_factory=list)  # the hooks it implements, by name
     error: str | None = None
     builtin: bool = False
 
@@ -211,6 +212,7 @@ class Registry:
             self._by_kind(kind)[adapter.name] = adapter
             self.entries.append(AdapterEntry(kind, adapter.name, name, file, adapter))
             report.provides.append((kind, adapter.name))
+        report.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(module) or [] if caller.spec)
         return report
 
     def _collect(self, module: types.ModuleType, name: str) -> list[tuple[str, Any]]:

@@ -18,8 +18,9 @@ between them and watches it:
   running (taking leads that nothing delivers);
 - the delivery process stops when its end of the socket closes: the server closes it to stop it,
   and the operating system closes it when the server ends however it ends (kill -9 included). It
-  finishes the deliveries in flight first (a few seconds), and ignores SIGTERM and SIGINT, which a
-  service manager or a terminal sends to the whole group: only the server decides when it stops;
+  finishes the deliveries in flight first (a few seconds), and ignores SIGTERM, SIGINT and SIGHUP,
+  which a service manager or a terminal sends to the whole group: only the server decides when it
+  stops (SIGHUP, the server's certificate reload, is the server's alone);
 - it inherits the data folder's locked file (appliance/instance_lock.py): no new server runs on
   the folder while any process of the old one still does.
 Jobs a delivery process had claimed when it died are requeued by the next one at its start, as a
@@ -290,8 +291,10 @@ def run_delivery_process(channel_fd: int) -> int:
     the process's exit code."""
     # A service manager's SIGTERM and a terminal's Ctrl-C reach the whole process group: the
     # server stops this process itself (by closing the socket) once it has stopped taking requests.
+    # SIGHUP (the server's "load the certificate again", a closed terminal) must not end it either.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     channel = socket.socket(fileno=channel_fd)
     start = _read_start(channel)
     if start is None:
@@ -352,7 +355,7 @@ def settle_for_serving() -> None:
     gc.freeze()
     # A submit allocates a few hundred tracked objects, nearly all freed by reference counts; at
     # the default threshold (700) the young generation was collected every few submits, ~10 us
-    # of each (bench/README.md). Cycles still go, a few thousand objects later.
+    # of each (bench/HISTORY.md). Cycles still go, a few thousand objects later.
     gc.set_threshold(10_000, 10, 10)
     hand_over_the_gil_quickly()  # to the database's writer thread
 

@@ -42,12 +42,19 @@ def fake_dns(monkeypatch: pytest.MonkeyPatch, answers: list[str]) -> None:
     monkeypatch.setattr(netguard, "_lookup", lambda host: [ipaddress.ip_address(a) for a in answers])
 
 
-def self_signed(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """(server context, client context trusting it) for a certificate valid for `names` only."""
+def write_certificate(cert_file: Path, key_file: Path, *names: str) -> None:
+    """A self-signed certificate valid for `names` (host names or IP addresses) and its key, as
+    PEM files."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
+
+    def alt_name(name: str) -> x509.GeneralName:
+        try:
+            return x509.IPAddress(ipaddress.ip_address(name))
+        except ValueError:
+            return x509.DNSName(name)
 
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])])
@@ -55,13 +62,18 @@ def self_signed(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, ssl.SSLCon
     cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(days=1))
             .not_valid_after(now + timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name) for name in names]), critical=False)
+            .add_extension(x509.SubjectAlternativeName([alt_name(name) for name in names]), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
     cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
+
+
+def self_signed(tmp_path: Path, *names: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """(server context, client context trusting it) for a certificate valid for `names` only."""
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    write_certificate(cert_file, key_file, *names)
     server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server.load_cert_chain(cert_file, key_file)
     client = ssl.create_default_context(cafile=str(cert_file))

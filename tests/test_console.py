@@ -4,14 +4,18 @@ page answering. tests/test_console_browser.py drives the same pages in Chromium.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 
 from appliance.services import tenancy
 from tests.api_helpers import SUBMIT
+from tests.bundles import campaign
+from tests.buyer_server import wait_until
 from tests.conftest import make_tenant
 from tests.submit_support import api, clock  # noqa: F401 (fixtures)
 from tests.servers import person
+from tests.worker_helpers import endpoint, lead_body, live_app, status_is, wait_for
 
 _TOKEN = re.compile(r'name="csrf" value="([^"]+)"')
 PAGES = ("/admin/", "/admin/leads", "/admin/review", "/admin/failures", "/admin/endpoints", "/admin/webhooks",
@@ -178,6 +182,44 @@ def test_review_queue_approve_and_reject(client, runtime, tenant):
     assert client.get(f"/api/v1/leads/{first}", headers=tenant.headers).json()["data"]["approval"]["status"] == "approved"
     again = client.post(f"/admin/leads/{first}/decision", data={"csrf": token, "decision": "approved"})
     assert again.status_code == 409 and "already approved" in again.text
+
+
+def test_a_decision_that_comes_too_late_is_refused_on_a_page_that_says_why(runtime, tmp_path):
+    """The review queue was read while each lead waited; another reviewer approved them since, and
+    their deliveries are under way, done or failed: the decision taken from the queue is refused."""
+    review = {"enabled": True, "action": "human_review"}
+    tenant = make_tenant(runtime, "Desk", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("REV", "Reviewed", firstIntakeAction=review, delivery={"deliveryEndpointId": "ep"})]})
+    with live_app(runtime, tmp_path) as client:
+        leads = {script: client.post(SUBMIT, json=lead_body("REV", script), headers=tenant.headers).json()["data"]["leadId"]
+                 for script in ("sleep:3", "success", "failure")}
+        token = sign_in(client, tenant.key)
+        queue = client.get("/admin/review").text
+        assert all(lead_id in queue for lead_id in leads.values())
+        for lead_id in leads.values():
+            assert client.post(f"/api/v1/leads/{lead_id}/approve", json={"status": "approved"},
+                               headers=tenant.headers).status_code == 200
+
+        def refusal(lead_id: str) -> str:  # approving again is refused either way, and changes nothing
+            return client.post(f"/api/v1/leads/{lead_id}/approve", json={"status": "approved"},
+                               headers=tenant.headers).json()["error"]["details"][0]
+
+        def refused_from_the_queue(lead_id: str, decision: str, why: str) -> None:
+            page = client.post(f"/admin/leads/{lead_id}/decision",
+                               data={"csrf": token, "decision": decision, "reason": "fake name", "back": "review"})
+            shown = html.unescape(page.text)
+            assert page.status_code == 409 and "That cannot be done now" in shown and why in shown, shown
+            assert client.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]["approval"][
+                "status"] == "approved"
+
+        assert wait_until(lambda: "under way" in refusal(leads["sleep:3"]), timeout=10)  # the buyer has it
+        refused_from_the_queue(leads["sleep:3"], "rejected", "the lead's delivery is already under way")
+        wait_for(client, tenant, leads["success"], status_is("delivered"))
+        refused_from_the_queue(leads["success"], "rejected", "the lead is already delivered")
+        wait_for(client, tenant, leads["failure"], status_is("failed"))
+        refused_from_the_queue(leads["failure"], "approved", "the lead's delivery already failed")
+        assert client.get("/admin/review").status_code == 200
+        wait_for(client, tenant, leads["sleep:3"], status_is("delivered"))
 
 
 def test_endpoint_pause_and_resume(client, tenant):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import tomllib
+import time
 import typing
 from pathlib import Path
 
@@ -206,3 +207,29 @@ def test_nothing_points_outside_the_repository(place):
 def test_the_served_api_description_points_nowhere_outside(client):
     text = client.get("/schema/openapi.json").text
     assert "../" not in text and "shared/" not in text and "CONTRACT" not in text and "DESIGN.md" not in text
+
+
+# ---- (f) the example CSV through the example bundle's own campaign ----------------------------
+
+def test_the_example_csv_meets_the_example_campaigns_rules(client, runtime):
+    tenant_id = tenancy.create_tenant(runtime, "Example Agency")
+    tenancy.import_bundle(runtime, tenant_id, BUNDLE.read_bytes(), "toml")
+    headers = {"X-API-Key": tenancy.create_key(runtime, tenant_id, name="docs").key}
+    answer = client.post("/api/v1/leads/import", headers=headers, data={"campaignId": "AUTO1"},
+                         files={"file": ("leads.csv", LEADS.read_bytes(), "text/csv")})
+    assert answer.status_code == 202, answer.text
+    import_id = answer.json()["data"]["importId"]
+    deadline = time.monotonic() + 20
+    while (state := client.get(f"/api/v1/imports/{import_id}", headers=headers).json()["data"])["state"] == "running":
+        assert time.monotonic() < deadline, state
+        time.sleep(0.05)
+    assert (state["state"], state["created"], state["failed"], state["errors"]) == ("done", 5, 0, []), state
+
+    leads = client.get("/api/v1/leads?limit=100", headers=headers).json()["data"]["leads"]
+    outcome = {lead["email"]: (lead["campaignId"], lead["status"]) for lead in leads}
+    assert outcome["maria.garcia@example.com"] == ("AUTO1", "qualified")
+    assert outcome["james.oneil@example.net"] == ("AUTTX", "pending_action")  # Texas, routed on and held for review
+    assert outcome["aisha.rahman@example.org"] == ("AUTO1", "qualified")
+    assert outcome["dan.kowalski@example.com"] == ("AUTB", "qualified")  # not injured: AUTO1's fallback takes him
+    assert outcome["qa+grace@example.com"] == ("AUTO1", "disqualified")  # already represented
+    assert next(lead["isTest"] for lead in leads if lead["email"] == "qa+grace@example.com") is True

@@ -6,6 +6,7 @@ database or a master key; the master key must be the one the stored secrets were
 from __future__ import annotations
 
 import base64
+import io
 import json
 import socket
 import os
@@ -17,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.bundles import standard_bundle
+from appliance.cli import main as cli_main
 from tests.conftest import TEST_BACKEND, Cli
-from tests.processes import free_port, stop_process, wait_healthy
+from tests.processes import free_port, serving, stop_process, wait_healthy
 
 
 def one_error_line(result, *expected: str) -> str:
@@ -164,7 +166,7 @@ def test_reporting_commands_answer_json(cli, tmp_path):
         one_error_line(cli("restore", str(bundle), "--yes", expect=1), "not a pg_dump custom-format archive")
     doctor = json.loads(cli("doctor", "--json").stdout)
     assert doctor["ok"] is True and [c["check"] for c in doctor["checks"]] == [
-        "config", "master key", "database", "plugin folders", "server", "processes"]
+        "config", "master key", "database", "plugin folders", "listening", "server", "processes"]
     assert json.loads(cli("plugins", "--json").stdout)["adapters"]
 
 
@@ -184,6 +186,39 @@ def test_restore_puts_a_backup_back_and_keeps_what_it_replaced(cli, tmp_path):
     cli("restore", restored["previous"], "--yes")
     assert sorted(t["tenantId"] for t in cli.json("tenant", "list"))[0] == first
     assert [t["name"] for t in cli.json("tenant", "list")] == ["Before", "After"]
+
+
+class Terminal(io.BytesIO):
+    """Standard input as an operator at a terminal gives it: the answers typed."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def at_terminal(cli: Cli, *args: str, answer: str):
+    return cli.runner.invoke(cli_main, ["--config", str(cli.config_file), *args],
+                             input=Terminal(answer.encode()), catch_exceptions=False)
+
+
+@pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
+def test_restore_at_a_terminal_asks_and_a_no_changes_nothing(cli, tmp_path):
+    cli.json("tenant", "create", "Before")
+    backup = json.loads(cli("backup", str(tmp_path / "copy.db"), "--json").stdout)["file"]
+    cli.json("tenant", "create", "After")
+    data = tmp_path / "data"
+    before = sorted(p.name for p in data.iterdir())
+    for answer in ("n\n", "\n"):  # no is the default
+        refused = at_terminal(cli, "restore", backup, answer=answer)
+        assert refused.exit_code == 1
+        assert refused.stderr.startswith(f"Replace {data / 'appliance.db'} with {backup}? [y/N]: ")
+        assert refused.stderr.endswith(f"error: restore cancelled: {data / 'appliance.db'} was left as it was\n")
+        assert sorted(p.name for p in data.iterdir()) == before  # not even the lock a restore takes
+    assert [t["name"] for t in cli.json("tenant", "list")] == ["Before", "After"]
+
+    done = at_terminal(cli, "restore", backup, "--json", answer="y\n")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["restored"] == backup  # the question went to standard error
+    assert [t["name"] for t in cli.json("tenant", "list")] == ["Before"]
 
 
 @pytest.mark.sqlite_only  # backup and restore of the SQLite file (PostgreSQL: tests/test_postgresql_operations.py)
@@ -233,6 +268,9 @@ def test_serve_is_the_default_command_and_a_second_server_on_the_folder_is_refus
     if TEST_BACKEND == "sqlite":
         backup = json.loads(cli("backup", str(tmp_path / "live.db"), "--json").stdout)["file"]  # online: fine
         one_error_line(cli("restore", backup, "--yes", expect=1), "another appliance serve", "stop it before restoring")
+        asked = at_terminal(cli, "restore", backup, answer="y\n")  # refused before the question
+        assert asked.exit_code == 1
+        one_error_line(asked, "another appliance serve", "stop it before restoring")
     checks = {c["check"]: c for c in json.loads(cli("doctor", "--json").stdout)["checks"]}
     assert f"pid {proc.pid}" in checks["server"]["detail"]
     stop_process(proc)
@@ -254,6 +292,18 @@ def test_serve_refuses_a_missing_database(cli, tmp_path):
     (tmp_path / "data" / "appliance.db").rename(tmp_path / "elsewhere.db")
     one_error_line(cli("serve", "--port", str(free_port()), expect=1), "no database at", str(tmp_path / "data"))
     assert not (tmp_path / "data" / "appliance.db").exists()
+
+
+def test_a_refused_serve_leaves_the_folder_as_it_found_it(bare_cli, tmp_path):
+    data = tmp_path / "data"
+    one_error_line(bare_cli("serve", "--port", str(free_port()), expect=1), f"no data folder at {data}")
+    assert not data.exists()
+    data.mkdir()  # made by hand, never initialised
+    one_error_line(bare_cli("serve", "--port", str(free_port()), expect=1), "appliance init")
+    assert list(data.iterdir()) == []  # no serve.lock either
+    bare_cli("init")
+    with serving(bare_cli.config_file, tmp_path / "server.log", free_port()):
+        assert json.loads(bare_cli("doctor", "--json").stdout)["ok"] is True
 
 
 def test_serve_refuses_another_master_key(cli, tmp_path):

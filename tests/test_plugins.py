@@ -191,6 +191,37 @@ def test_plugins_lists_good_adapters_and_reports_each_broken_plugin(cli, plugin_
     assert "good_sms" in text and "error" in text and "bad_syntax" in text and "trustedform" in text
 
 
+def test_plugins_lists_every_plugin_with_its_adapters_and_hooks(cli, plugin_dir):
+    for shipped in ("example_lead_events.py", "example_webhook.py"):
+        shutil.copy(ROOT / "plugins" / shipped, plugin_dir)
+    write(plugin_dir, "idle.py", """
+        from appliance.sdk import hookimpl
+
+        @hookimpl
+        def appliance_delivery_adapters():
+            return []
+    """)
+    report = cli.json("plugins")
+    assert [p for p in report["plugins"] if not p["builtin"]] == [
+        {"plugin": "example_lead_events", "file": str(plugin_dir / "example_lead_events.py"), "builtin": False,
+         "adapters": [], "hooks": ["on_lead_event"]},
+        {"plugin": "example_webhook", "file": str(plugin_dir / "example_webhook.py"), "builtin": False,
+         "adapters": [{"kind": "delivery", "name": "example_webhook"}], "hooks": ["appliance_delivery_adapters"]},
+        {"plugin": "idle", "file": str(plugin_dir / "idle.py"), "builtin": False,
+         "adapters": [], "hooks": ["appliance_delivery_adapters"]}]
+    assert {p["plugin"] for p in report["plugins"] if p["builtin"]} == {
+        *(m.rsplit(".", 1)[-1] for m in BUILTIN_MODULES), "trustedform"}
+    assert report["errors"] == []
+    # `adapters` keeps its shape (.ci/smoke-binary reads it): every plugin's adapters, with plugin and file
+    assert report["adapters"] == [{**a, "plugin": p["plugin"], "file": p["file"]}
+                                  for p in report["plugins"] for a in p["adapters"]]
+
+    text = cli("plugins").stdout.splitlines()
+    assert f"hook      on_lead_event        example_lead_events  {plugin_dir / 'example_lead_events.py'}" in text
+    assert f"delivery  example_webhook      example_webhook  {plugin_dir / 'example_webhook.py'}" in text
+    assert f"-         provides nothing     idle  {plugin_dir / 'idle.py'}" in text
+
+
 def test_strict_makes_a_broken_plugin_fatal(cli, config_file, plugin_dir):
     write(plugin_dir, "good.py", delivery_plugin("good"))
     with config_file.open("a") as f:

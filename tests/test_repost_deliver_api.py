@@ -359,10 +359,23 @@ def test_repost_of_a_lead_not_failed_rejected_or_error_is_invalid_state(api, run
 def test_repost_with_a_pending_approval_is_invalid_state(api, runtime, tenant):
     data = rejected_lead(api, tenant)
     api.post(f"/api/v1/leads/{data['leadId']}/approve", json={"status": "pending"}, headers=tenant.headers)
-    set_status(runtime, tenant, data["leadId"], "failed")  # e.g. reset after a failed delivery
+    set_status(runtime, tenant, data["leadId"], "error")
     details = error_details(repost(api, tenant, data["leadId"], {}, expect=409), "INVALID_STATE")
-    assert any("pending" in d for d in details)
-    assert state(api, runtime, tenant, data["leadId"]) == ("failed", 1, 1)
+    assert details == ["approval: the lead's approval is pending; decide it first"]
+    assert state(api, runtime, tenant, data["leadId"]) == ("error", 1, 1)
+
+
+def test_a_failed_lead_left_with_a_pending_approval_is_sent_again_by_a_repost(api, runtime, tenant):
+    """A decision on a failed lead is refused, so a pending approval an earlier version left on one
+    could never be decided: the repost decides it, as it overrides a rejection."""
+    data = rejected_lead(api, tenant)
+    api.post(f"/api/v1/leads/{data['leadId']}/approve", json={"status": "pending"}, headers=tenant.headers)
+    set_status(runtime, tenant, data["leadId"], "failed")
+    repost(api, tenant, data["leadId"], {})
+    lead = read_lead(api, runtime, tenant, data["leadId"])
+    assert (lead["status"], lead["approval"]["status"]) == ("qualified", "approved")
+    approved = [e for e in lead["submissions"][-1]["journeyEvents"] if e["type"] == "approval_approved"]
+    assert approved[-1]["details"]["previous"] == "pending" and approved[-1]["details"]["via"] == "repost"
 
 
 def test_repost_of_an_unknown_lead_is_404(api, tenant):

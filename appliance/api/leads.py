@@ -59,8 +59,10 @@ async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
 @post("/api/v1/leads/{leadId:str}/approve", operation_id="approveLead",
       summary="Approve or reject a held lead", tags=TAGS,
       description=("Records a person's decision on a lead held for review: `approved` lets its delivery go ahead, "
-                   "`rejected` stops it, `pending` opens the question again. 409 INVALID_STATE when approving or "
-                   "rejecting a lead with no pending decision."),
+                   "`rejected` stops it, `pending` opens the question again. 409 INVALID_STATE, nothing recorded, "
+                   "when the lead has no approval, when approving or rejecting a lead with no pending decision, or "
+                   "when the decision comes too late: a delivery attempt running, the lead delivered (a `pending` "
+                   "is recorded there) or failed."),
       status_code=200,
       opt={"body": approvals.ApproveBody, "data": approvals.ApproveResult, "errors": ["NOT_FOUND", "INVALID_STATE"]})
 async def approve_lead(request: Request, lead_id: LeadId) -> Response:

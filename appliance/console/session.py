@@ -1,7 +1,7 @@
 """Who is signed in to the console, and the checks every console request passes: a live session
 cookie (a guard on every page but sign-in), the CSRF token of every form, and the headers that
-keep the pages out of frames, caches and other origins' scripts (HEADERS: the app's edge puts
-them on every answer under /admin, appliance/app.py)."""
+keep the pages out of frames, caches and other origins' scripts (HEADERS, or TLS_HEADERS over
+TLS: the app's edge puts them on every answer under /admin, appliance/app.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,10 @@ HEADERS = [
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 ]
+# Over TLS (the appliance's own, `[server] tls_cert_file`) also HSTS: a browser that saw it uses
+# https for the host for a year, even when a link or a typed address says http. Not over plain
+# HTTP, where browsers ignore it anyway.
+TLS_HEADERS = [*HEADERS, (b"strict-transport-security", b"max-age=31536000")]
 
 
 class SignInRequired(Exception):

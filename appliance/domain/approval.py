@@ -1,9 +1,10 @@
 """What a human decision does to a lead and its delivery.
 
-A decision governs a delivery not yet made. Once a lead has been delivered, or has otherwise left
-the statuses an approval holds it in, a decision is recorded and changes nothing else: `pending`
-and `rejected` never make a delivered lead repostable or send it again, and `approved` never
-starts a second delivery of a submission whose delivery succeeded or is under way."""
+A decision governs a delivery not yet made. One that comes too late to take effect (the lead's
+delivery under way, delivered or failed: `too_late`) is refused and not recorded. Once a lead has
+otherwise left the statuses an approval holds it in, a decision is recorded and changes nothing
+else: it never makes a lead repostable or sends it again, and `approved` never starts a second
+delivery of a submission whose delivery succeeded or is under way."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ from appliance.domain.lead import Approval, ApprovalStatus
 # be sent, waiting for a window, or refused. Not `delivered` nor `returned`: a decision never
 # changes a lead a buyer took or sent back.
 GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejected"})
+
+
+def too_late(decision: ApprovalStatus, lead_status: str, *, delivery_running: bool) -> str | None:
+    """Why `decision` can no longer take effect on the lead (the 409's detail), or None.
+    `delivery_running`: an attempt of its latest submission's delivery is running (claimed by
+    the worker): it cannot be called back, so even a reset would be answered by a delivery. After
+    a failure a reset is refused too: a repost refuses a pending approval, which no decision
+    could then close. A reset of a delivered lead is kept: it is recorded, the lead stays
+    delivered, and a delivered lead is never sent again whatever its approval says."""
+    if delivery_running:
+        return "approval: the lead's delivery is already under way and cannot be called back"
+    if lead_status == "failed":
+        return "approval: the lead's delivery already failed; repost the lead to send it again"
+    if lead_status == "delivered" and decision != "pending":
+        return "approval: the lead is already delivered; a decision no longer changes it"
+    return None
 
 
 def status_after_decision(lead_status: str, decision: ApprovalStatus) -> str:

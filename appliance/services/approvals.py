@@ -1,6 +1,6 @@
 """POST /api/v1/leads/{leadId}/approve: the human review decisions (approved, rejected, pending).
 Decisions on one lead are serialized by the one writer: each reads the lead inside its own write
-unit. What a decision does is decided in appliance/domain/approval."""
+unit. What a decision does, and when it comes too late, is decided in appliance/domain/approval."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
-from appliance.domain.approval import starts_delivery, status_after_decision
+from appliance.domain.approval import starts_delivery, status_after_decision, too_late
 from appliance.domain.lead import Approval, ApprovalStatus
 from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
@@ -43,18 +43,22 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
             raise NotFound()
         if lead.approval is None:
             raise InvalidState(["approval: this lead has no approval on record"])
+        submission = tx.leads.latest_submission(tenant_id, lead_id)
+        # Checked in this write unit: the worker claims a delivery in a write unit too, and units
+        # run one at a time (SQLite's writer, PostgreSQL's writer lock), so a claim committed
+        # before this read refuses the decision, and one after it finds the lead as decided.
+        running = submission is not None and tx.jobs.has_running_job(submission.submission_id, "deliver")
+        if (refusal := too_late(body.status, lead.status, delivery_running=running)) is not None:
+            raise InvalidState([refusal])
         current = lead.approval.status
         if body.status != "pending" and current != "pending":
             raise InvalidState([f"approval: the decision is already {current}; reset it to pending first"])
         approval = Approval(status=body.status, campaign_id=lead.approval.campaign_id, decided_at=now,
                             decided_by=decided_by, reason=body.reason)
-        submission = tx.leads.latest_submission(tenant_id, lead_id)
         status = status_after_decision(lead.status, body.status)
         if submission is not None:
             if status in ("pending_action", "rejected") and status != lead.status:
-                # A delivery already under way cannot be called back: it finishes and is recorded
-                # as it went. A retry it schedules waits on the decision (the worker checks).
-                tx.jobs.cancel_waiting_jobs(submission.submission_id, now)
+                tx.jobs.cancel_waiting_jobs(submission.submission_id, now)  # none runs: refused above
             delivered = submission.delivery is not None and submission.delivery.success
             if starts_delivery(status, lead.status, delivered=delivered,
                                delivery_open=tx.jobs.has_open_job(submission.submission_id, "deliver")):

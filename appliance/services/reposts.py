@@ -26,10 +26,12 @@ another buyer's endpoint; its new submission can earn revenue (and be returned) 
   `modifiedPayload.<field>`), then the lead is qualified against campaignId only.
   Disqualified: the submission and the lead become disqualified, no job (requiresQualification
   is still true: the answer says re-qualification happened, not that it passed).
-- A pending approval refuses a repost (409: decide it first). A rejected approval is overridden:
-  reposting is the operator's explicit decision to send the lead, so when the repost schedules a
-  delivery the approval becomes `approved`, decidedBy the caller's key id, and an
-  `approval_approved` journey event says it came from the repost.
+- A pending approval refuses a repost (409: decide it first), except on a failed lead, whose
+  approval can no longer be decided (an earlier version left some so): it is overridden as a
+  rejected one is. A rejected approval is overridden: reposting is the operator's explicit
+  decision to send the lead, so when the repost schedules a delivery the approval becomes
+  `approved`, decidedBy the caller's key id, and an `approval_approved` journey event says it
+  came from the repost.
 
 Deliver (body {campaignId}): a new `manual_delivery` submission, routingMethod `manual`,
 qualification against that campaign then a deliver job when it passes; disqualified: the
@@ -233,7 +235,9 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
     if stored.status not in REPOSTABLE:
         raise InvalidState([f"status: the lead is {stored.status}; only failed, rejected, error or returned "
                             "leads can be reposted"])
-    if stored.approval is not None and stored.approval.status == "pending":
+    # A failed lead's approval can no longer be decided (appliance/domain/approval.py): a pending
+    # one, left by an earlier version, is overridden as a rejection is, or the lead stays stuck.
+    if stored.approval is not None and stored.approval.status == "pending" and stored.status != "failed":
         raise InvalidState(["approval: the lead's approval is pending; decide it first"])
     details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,
                                "previousStatus": stored.status,
@@ -261,11 +265,12 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
         events += found_events
 
     approval = lead.approval
-    if status == "qualified" and approval is not None and approval.status == "rejected":
+    approval_word = {"rejected": "rejection", "pending": "pending approval"}
+    if status == "qualified" and approval is not None and approval.status in approval_word:
         approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=key_id,
                             reason="approved by repost")
-        events.append(event(now, "approval_approved", "repost overrides the rejection", target,
-                            {"decidedBy": key_id, "previous": "rejected", "via": "repost"}))
+        events.append(event(now, "approval_approved", f"repost overrides the {approval_word[lead.approval.status]}",
+                            target, {"decidedBy": key_id, "previous": lead.approval.status, "via": "repost"}))
     campaign = target
 
     def unit(tx: Session) -> RepostResult:

@@ -92,21 +92,32 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
     return NewKey(key_id=key_id, key=key, prefix=prefix, tenant_id=tenant_id, kind=kind, source_id=source_id, name=name)
 
 
-def revoke_key(runtime: Runtime, key_id: str) -> None:
+def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
+    """Revoke the key named by its key id, or by the key itself (one found where it should not be:
+    looked up by its hash, as a request's key is, and never shown). Returns (key id, tenant)."""
     now = iso(runtime.clock.now())
 
     def unit(tx):
+        key_id = key_or_id
         tenant_id = tx.tenants.key_tenant(key_id)
         if tenant_id is None:
-            raise AdminError(f"key {key_id} does not exist")
+            key_id = tx.tenants.key_id_by_hash(apikeys.key_hash(key_or_id))
+            tenant_id = tx.tenants.key_tenant(key_id) if key_id else None
+        if tenant_id is None:
+            # Only a key id is named back: anything else may be a secret (of another install, mistyped).
+            raise AdminError(f"key {key_or_id} does not exist" if key_or_id.startswith("key_") else
+                             "no key has that key id, and no key is that key (not shown): "
+                             "`key list --tenant T` lists the key ids")
         tx.tenants.revoke_key(key_id, now)
         tx.console_sessions.delete_of_key(key_id)  # its console sign-ins end with it
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
         tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now
+        return key_id, tenant_id
 
-    runtime.store.write_sync(unit, may_refuse=True)
+    revoked = runtime.store.write_sync(unit, may_refuse=True)
     runtime.store.announce_admin_change()
+    return revoked
 
 
 def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, Any]:

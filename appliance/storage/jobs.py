@@ -72,6 +72,13 @@ class Jobs:
             (submission_id, kind),
         ).fetchone() is not None
 
+    def has_running_job(self, submission_id: str, kind: str) -> bool:
+        """Whether a job of `kind` for the submission is running: claimed, its attempt under way."""
+        return self._conn.execute(
+            "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state = 'running' LIMIT 1",
+            (submission_id, kind),
+        ).fetchone() is not None
+
     def jobs_of(self, submission_id: str) -> list[tuple[str, str, str]]:
         return self._conn.execute(
             "SELECT kind, state, due_at FROM jobs WHERE submission_id = ? ORDER BY job_id", (submission_id,)

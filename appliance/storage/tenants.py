@@ -103,6 +103,10 @@ class Tenants:
         found = self._conn.execute("SELECT tenant_id FROM api_keys WHERE key_id = ?", (key_id,)).fetchone()
         return found[0] if found else None
 
+    def key_id_by_hash(self, key_hash: bytes) -> str | None:
+        found = self._conn.execute("SELECT key_id FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()
+        return found[0] if found else None
+
     def key_owner_by_hash(self, key_hash: bytes) -> tuple[str, str | None] | None:
         """(tenant, source) of the key with this hash, live or revoked."""
         found = self._conn.execute("SELECT tenant_id, source_id FROM api_keys WHERE key_hash = ?", (key_hash,)).fetchone()

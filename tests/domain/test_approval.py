@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from appliance.domain.approval import holds_delivery, starts_delivery, status_after_decision
+from appliance.domain.approval import holds_delivery, starts_delivery, status_after_decision, too_late
 from appliance.domain.lead import Approval
 
 
@@ -29,6 +29,33 @@ from appliance.domain.lead import Approval
 ])
 def test_status_after_decision(status, decision, after):
     assert status_after_decision(status, decision) == after
+
+
+@pytest.mark.parametrize("decision", ["approved", "rejected", "pending"])
+@pytest.mark.parametrize("status", ["qualified", "queued", "pending_action", "rejected", "delivered", "failed"])
+def test_every_decision_is_too_late_while_a_delivery_attempt_runs(status, decision):
+    assert "under way" in too_late(decision, status, delivery_running=True)
+
+
+@pytest.mark.parametrize(("status", "decision", "why"), [
+    ("delivered", "approved", "already delivered"),
+    ("delivered", "rejected", "already delivered"),
+    ("delivered", "pending", None),  # recorded; a delivered lead is never sent again whatever it says
+    ("failed", "approved", "already failed"),
+    ("failed", "rejected", "already failed"),
+    ("failed", "pending", "already failed"),  # a pending approval would refuse the repost for good
+    ("pending_action", "approved", None),
+    ("pending_action", "rejected", None),
+    ("qualified", "pending", None),
+    ("queued", "pending", None),
+    ("rejected", "pending", None),
+    ("returned", "approved", None),  # its approval still governs a resale (a repost)
+    ("error", "pending", None),
+])
+def test_a_decision_is_too_late_once_the_delivery_is_done(status, decision, why):
+    found = too_late(decision, status, delivery_running=False)
+    assert found is None if why is None else why in found
+    assert found is None or found.startswith("approval: ")
 
 
 def test_a_decision_starts_a_delivery_only_when_it_clears_a_held_lead_with_nothing_open_or_done():
