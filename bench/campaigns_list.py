@@ -260,7 +260,8 @@ def measure(label: str, url: str, request: Request, server: subprocess.Popen, ar
     out["other_cpu_pct"] = round(100 * (total - (cpu1 - cpu0) - result.client_cpu) / wall, 1)
     out["softirq_cpu_pct"] = round(100 * (irq1 - irq0) / wall, 1)
     out["label"] = label
-    out["bytes_per_response"] = round(result.bytes_received / result.requests) if result.requests else 0
+    answers = sum(result.statuses.values())  # bytes_received counts every answer's bytes
+    out["bytes_per_response"] = round(result.bytes_received / answers) if answers else 0
     return out
 
 

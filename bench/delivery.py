@@ -698,7 +698,7 @@ def throughput_phase(args: argparse.Namespace, work: Path, procs: Procs, server_
     t = time.perf_counter()
     load = run_load(f"http://127.0.0.1:{port}/api/v1/leads/submit", connections=64, requests=args.preload, duration=None,
                     factory=preload_request, timeout=30)
-    print(f"      {load.requests} submits in {time.perf_counter() - t:.1f} s, statuses {load.statuses}, "
+    print(f"      {load.ok} submits acknowledged in {time.perf_counter() - t:.1f} s, statuses {load.statuses}, "
           f"errors {load.errors or 0}")
     procs.stop(app)
     jobs = JobCounter(work / "data" / "appliance.db")

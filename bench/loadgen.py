@@ -5,6 +5,10 @@ and sends the next one straight from the protocol callback (no task switch per r
 stops by itself: after `duration` seconds, or after `requests` responses (bounded by
 `max_duration`), and a request that takes longer than `timeout` counts as an error.
 
+Only 2xx answers count as work done: `ok`, `rps` and the latencies are theirs. Any other answer
+(a fast 429 or 503 would inflate a rate) is counted apart in `non_2xx` and `statuses`, and makes
+the CLI exit 1, as errors do.
+
     from bench.loadgen import Request, run_load
     result = run_load("http://127.0.0.1:8080/api/v1/campaigns", connections=64, duration=10,
                       request=Request(headers={"X-API-Key": key}))
@@ -69,20 +73,22 @@ class LoadResult:
     url: str
     connections: int
     elapsed: float  # seconds from the first request sent to the last response received
-    latencies: array = field(default_factory=lambda: array("d"), repr=False)  # seconds, completed requests
-    statuses: dict[int, int] = field(default_factory=dict)
+    latencies: array = field(default_factory=lambda: array("d"), repr=False)  # seconds, of the 2xx answers
+    statuses: dict[int, int] = field(default_factory=dict)  # every answer
     errors: dict[str, int] = field(default_factory=dict)
     bytes_received: int = 0
     client_cpu: float = 0.0  # CPU seconds used by the client process(es) during the run
     processes: int = 1
 
     @property
-    def requests(self) -> int:
+    def ok(self) -> int:
+        """2xx answers: the only ones a rate or a latency counts."""
         return len(self.latencies)
 
     @property
-    def ok(self) -> int:
-        return sum(n for s, n in self.statuses.items() if 200 <= s < 300)
+    def non_2xx(self) -> int:
+        """Answers of any other status, counted apart."""
+        return sum(self.statuses.values()) - self.ok
 
     @property
     def error_count(self) -> int:
@@ -90,7 +96,7 @@ class LoadResult:
 
     @property
     def rps(self) -> float:
-        return self.requests / self.elapsed if self.elapsed > 0 else 0.0
+        return self.ok / self.elapsed if self.elapsed > 0 else 0.0
 
     def percentile(self, p: float) -> float:
         """Nearest-rank percentile in seconds (0 <= p <= 100)."""
@@ -131,7 +137,7 @@ class LoadResult:
         ms = lambda s: round(s * 1000, 3)  # noqa: E731
         return {
             "url": self.url, "connections": self.connections, "processes": self.processes,
-            "elapsed_s": round(self.elapsed, 3), "requests": self.requests, "rps": round(self.rps, 1),
+            "elapsed_s": round(self.elapsed, 3), "ok": self.ok, "non_2xx": self.non_2xx, "rps": round(self.rps, 1),
             "latency_ms": {"mean": ms(self.mean), "p50": ms(self.p50), "p90": ms(self.p90),
                            "p99": ms(self.p99), "max": ms(self.max)},
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
@@ -142,9 +148,10 @@ class LoadResult:
     def summary(self) -> str:
         d = self.to_dict()
         lat = d["latency_ms"]
-        return (f"{d['requests']} requests in {d['elapsed_s']} s over {self.connections} connections: "
+        return (f"{d['ok']} 2xx answers in {d['elapsed_s']} s over {self.connections} connections: "
                 f"{d['rps']} req/s; latency ms p50 {lat['p50']} p90 {lat['p90']} p99 {lat['p99']} max {lat['max']}; "
-                f"statuses {d['statuses']}; errors {d['errors'] or 0}; client CPU {d['client_cpu_pct']}%")
+                f"non-2xx {d['non_2xx']}; statuses {d['statuses']}; errors {d['errors'] or 0}; "
+                f"client CPU {d['client_cpu_pct']}%")
 
     @classmethod
     def merge(cls, parts: Sequence["LoadResult"]) -> "LoadResult":
@@ -464,7 +471,8 @@ class _Conn(asyncio.Protocol):
     def _complete(self) -> None:
         now = time.perf_counter()
         run = self.run
-        run.latencies.append(now - self.sent_at)
+        if 200 <= self.status < 300:
+            run.latencies.append(now - self.sent_at)
         run.statuses[self.status] = run.statuses.get(self.status, 0) + 1
         run.bytes_received += self.nbytes
         run.last_done = now
@@ -711,7 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                           request=Request(args.method.upper(), path, headers, body),
                           timeout=args.timeout, processes=args.processes)
     print(json.dumps(result.to_dict(), indent=2) if args.json else result.summary())
-    return 0 if not result.errors else 1
+    return 0 if not result.errors and not result.non_2xx else 1
 
 
 if __name__ == "__main__":

@@ -266,8 +266,8 @@ def run_case(case: Case, args: argparse.Namespace, work: Path, cluster: BenchClu
         meter = Meter(servers, cluster, buyer)
         load, client_cpu = split_load(ports, args.connections, submit.submit_request, duration=args.duration)
         submits = load.to_dict() | meter.stop(client_cpu)
-        submits["server_cpu_us_per_submit"] = round(1e6 * submits.pop("server_cpu_s") / max(1, load.requests), 1)
-        submits["postgres_cpu_us_per_submit"] = round(1e6 * submits.pop("postgres_cpu_s") / max(1, load.requests), 1)
+        submits["server_cpu_us_per_submit"] = round(1e6 * submits.pop("server_cpu_s") / max(1, load.ok), 1)
+        submits["postgres_cpu_us_per_submit"] = round(1e6 * submits.pop("postgres_cpu_s") / max(1, load.ok), 1)
         print(f"  {case.label}: {load.rps:,.0f} submits/s, p99 {load.p99 * 1000:.1f} ms")
     finally:
         procs.close()

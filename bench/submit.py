@@ -122,7 +122,7 @@ def measure(label: str, url: str, factory, server: subprocess.Popen, args: argpa
         out["server_cpu_pct_by_process"] = {
             "server" if pid == server.pid else f"child {pid}":
                 round(100 * (tree1[pid] - tree0.get(pid, 0.0)) / (t1 - t0), 1) for pid in tree1}
-    out["server_cpu_us_per_request"] = round(1e6 * (cpu1 - cpu0) / max(1, result.requests), 1)
+    out["server_cpu_us_per_request"] = round(1e6 * (cpu1 - cpu0) / max(1, result.ok), 1)
     if profiler is not None:
         out["profile"] = profiler.finish()
         print_profile(label, out["profile"])
@@ -130,8 +130,8 @@ def measure(label: str, url: str, factory, server: subprocess.Popen, args: argpa
     out["server_cpu_pct"] = round(100 * (cpu1 - cpu0) / wall, 1)
     out["other_cpu_pct"] = round(100 * ((busy1 - busy0) + (irq1 - irq0) - (cpu1 - cpu0) - result.client_cpu) / wall, 1)
     # Every process and the kernel, per request, over the one window the server's figure uses.
-    out["machine_cpu_us_per_request"] = round(1e6 * ((busy1 - busy0) + (irq1 - irq0)) / max(1, result.requests), 1)
-    out["client_cpu_us_per_request"] = round(1e6 * result.client_cpu / max(1, result.requests), 1)
+    out["machine_cpu_us_per_request"] = round(1e6 * ((busy1 - busy0) + (irq1 - irq0)) / max(1, result.ok), 1)
+    out["client_cpu_us_per_request"] = round(1e6 * result.client_cpu / max(1, result.ok), 1)
     return out
 
 

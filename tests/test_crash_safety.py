@@ -4,10 +4,11 @@ its delivery process (`[delivery] process = "own"`, appliance/processes.py) is, 
 starts a new one by itself.
 
 Each cycle: submit load (CONCURRENCY requests in flight) against the running server; SIGKILL, at
-a random moment of the load window, of a process picked at random: the server or its delivery
-process. The server killed: the load stops (the requests in flight fail); its delivery process
-must end by itself (it holds the folder's lock); `PRAGMA integrity_check` on the files the dead
-processes left; restart. The delivery process killed: the load goes on, every submit must still
+a random moment of the load window, of the server or of its delivery process: the first two
+cycles kill one of each (in an order the seed picks), later ones either, so every run kills both.
+The server killed: the load stops (the requests in flight fail); its delivery process must end by
+itself (it holds the folder's lock); `PRAGMA integrity_check` on the files the dead processes
+left; restart. The delivery process killed: the load goes on, every submit must still
 be acknowledged, until the server has started a new delivery process (doctor lists it) and a
 little after; nothing is restarted by the test. Then wait (bounded) until the job queue is empty
 and the buyer has every qualified lead;
@@ -20,9 +21,10 @@ The server that runs then is the one the next cycle loads. At the end the server
 stopped and the database checked again.
 
 The buyer is bench/buyer.py (raw asyncio, keep-alive, records every Idempotency-Key) in its own
-process. The kill moments and victims come from a seeded RNG; the seed is printed (`-s` shows it)
-and CRASH_SEED=<seed> replays the same kill delays and victims. Every wait is bounded and the whole test stays
-within about 60 s: a cycle is started only while the time budget allows.
+process. The kill moments and victims come from an RNG seeded with SEED, so every run kills at the
+same moments; CRASH_SEED=<seed> tries others. The seed is printed (`-s` shows it). Every wait is
+bounded and the whole test stays within about 60 s: a cycle after the first two is started only
+while the time budget allows.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ pytestmark = pytest.mark.sqlite_only
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 24
 CYCLES = 3
+SEED = 20261121                # CRASH_SEED overrides it
 KILL_WINDOW = (0.3, 3.0)       # seconds after the first acknowledged submit
 BUDGET_SECONDS = 50.0          # no new cycle starts after this much of the test has passed
 CYCLE_RESERVE_SECONDS = 15.0   # what one more cycle may need
@@ -230,9 +233,12 @@ def _wait_drained(db_file: Path, buyer_port: int, wanted: set[str], deadline: fl
 
 def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_lead(tmp_path: Path) -> None:
     started = time.monotonic()
-    seed = int(os.environ.get("CRASH_SEED") or random.SystemRandom().randrange(2**32))
+    seed = int(os.environ.get("CRASH_SEED") or SEED)
     rng = random.Random(seed)
     print(f"\ncrash safety: seed {seed} (replay with CRASH_SEED={seed})")
+    # One kill of each kind first, whatever the seed and the time budget; then either.
+    victims = rng.sample(("server", "delivery"), 2) + [rng.choice(("server", "delivery")) for _ in range(CYCLES - 2)]
+    killed: list[str] = []
 
     data = tmp_path / "data"
     db_file = data / "appliance.db"
@@ -294,12 +300,12 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
         all_acked: list[Acked] = []
         cycle = 0
         while cycle < CYCLES:
-            if cycle and time.monotonic() - started > BUDGET_SECONDS - CYCLE_RESERVE_SECONDS:
+            if cycle >= 2 and time.monotonic() - started > BUDGET_SECONDS - CYCLE_RESERVE_SECONDS:
                 print(f"  time budget: stopping after {cycle} cycles")
                 break
+            victim = victims[cycle]
             cycle += 1
             kill_after = round(rng.uniform(*KILL_WINDOW), 3)
-            victim = rng.choice(("server", "delivery"))
             delivery = running_delivery_pid(config)
             if victim == "server":
                 acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, server.proc.pid, kill_after, cycle))
@@ -314,6 +320,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
                 acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, delivery, kill_after, cycle, config))
                 assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
                 assert not alive(delivery)
+            killed.append(victim)
             assert not [e for e in errors if e.startswith("server up")], errors
             assert acked, f"cycle {cycle}: no submit was acknowledged before the kill at {kill_after} s"
             all_acked += acked
@@ -356,6 +363,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
                   f"(buyer: {len(keys)} keys, {len(keys.keys() - acked_keys)} from unacknowledged submits), "
                   f"duplicates so far {len(duplicates)} ({sum(duplicates.values()) - len(duplicates)} extra sends)")
 
+        assert {"server", "delivery"} <= set(killed), f"killed only: {killed}"
         assert all(a.status in ("qualified", "disqualified") for a in all_acked), Counter(a.status for a in all_acked)
         delivery = running_delivery_pid(config)
         listed = processes_detail(config)

@@ -247,6 +247,8 @@ def test_line_break_in_a_header_value_sends_nothing(buyer: BuyerServer) -> None:
                      secrets={"auth.token": f"{SECRET}\r\nX-Injected: 1"})
     assert result.outcome == "failure", result
     assert result.reason == "request refused: the value of header Authorization contains a line break"
+    # A request written before deliver() gave up would be recorded by the buyer's own thread a
+    # moment later, and nothing marks that moment: a short pause is all there is to wait for.
     time.sleep(0.05)
     assert buyer.requests == []
 
@@ -456,7 +458,7 @@ def test_private_destinations_are_refused(buyer: BuyerServer, host: str) -> None
     # 0177.0.0.1 (octal) is not even a URL httpx accepts; the guard refuses it too (below).
     assert (result.reason or "").startswith("destination refused" if host != "0177.0.0.1" else "url:")
     assert elapsed < 2
-    time.sleep(0.05)
+    time.sleep(0.05)  # as in test_line_break_in_a_header_value_sends_nothing: no moment to await
     assert buyer.requests == []
 
 

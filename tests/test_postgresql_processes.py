@@ -506,7 +506,12 @@ def test_two_servers_send_each_webhook_event_once(tmp_path, postgres_url, procs)
             while len(received := Counter(r.headers["webhook-id"] for r in receiver.requests_to("/hooks"))) < count:
                 assert time.monotonic() < deadline, f"{len(received)} of {count} events arrived"
                 time.sleep(0.1)
-            time.sleep(2)  # a second copy of any of them would have come by now
+            # Until every answer is recorded (the outbox is empty): a server sending without the
+            # lock reads an event while it is queued, and the receiver's delay keeps it queued
+            # past that server's next poll, so its copy is sent before this.
+            while install.rows("SELECT count(*) FROM webhook_outbox")[0][0]:
+                assert time.monotonic() < deadline, "events still in the outbox"
+                time.sleep(0.1)
             return Counter(r.headers["webhook-id"] for r in receiver.requests_to("/hooks"))
 
         for n in range(10):

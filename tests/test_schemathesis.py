@@ -34,9 +34,6 @@ Deliberately excluded, and why:
   dateOfBirth as a real date, field library rules, as bulk update and submit), importLeads (the
   file must be UTF-8 CSV whose header names submit fields, the campaign must exist). Every other
   check still runs on them, negative data included.
-- Known issue, kept out by the hook until fixed in appliance/api/leads.py: startDate/endDate
-  before 1970 all map to the same id bound, so two distinct pre-1970 dates are answered
-  "endDate: must not be before startDate"; the hook moves such dates to 1970-01-01.
 - `object_level_authorization` needs a second principal inside schemathesis; cross-tenant access
   is covered route by route in tests/test_security.py instead.
 """
@@ -93,13 +90,6 @@ if os.environ.get(KNOWN_LEADS_ENV):  # inside the schemathesis CLI (SCHEMATHESIS
             start_at, end_at = parse_iso(start), parse_iso(end)
             if start_at and end_at and end_at[0] < start_at[0]:
                 query["startDate"], query["endDate"] = end, start
-            # KNOWN ISSUE (appliance/api/leads.py query_date_bound): a bound before 1970 becomes the
-            # same id as 1970-01-01 (ids.floor_id clamps at 0), so two distinct pre-1970 dates
-            # are answered "endDate: must not be before startDate". Kept out until fixed there.
-            for name in ("startDate", "endDate"):
-                moment = parse_iso(query[name])
-                if moment and moment[0].year < 1970:
-                    query[name] = "1970-01-01"
             if case.operation.path == "/api/v1/reports/summary":  # dates there are days in `timezone`
                 _order_report_dates(query)
 

@@ -25,7 +25,7 @@ from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock
-from tests.worker_helpers import live_app, endpoint, lead_body, status_is, submit, wait_for
+from tests.worker_helpers import live_app, endpoint, lead_body, lead_of, status_is, submit, wait_for
 
 START = datetime(2026, 3, 10, 15, 0, tzinfo=UTC)
 BUNDLE = {"deliveryEndpoints": [endpoint()], "campaigns": [campaign("WH1", "Hooks", delivery={"deliveryEndpointId": "ep"})]}
@@ -62,6 +62,12 @@ def received(receiver: BuyerServer, count: int, timeout: float = 10.0) -> list:
     assert wait_until(lambda: len(receiver.requests_to("/hooks")) >= count, timeout), \
         [r.json()["type"] for r in receiver.requests_to("/hooks")]
     return receiver.requests_to("/hooks")
+
+
+def all_sent(runtime: Runtime) -> bool:
+    """The outbox is empty: every event queued so far was sent or given up, its answer recorded.
+    No send is on its way, so a receiver has all it will get until something else happens."""
+    return runtime.store.reader().webhooks.backlog() == (0, 0)
 
 
 def deliveries(client, tenant, webhook_id: str, query: str = "") -> list[dict]:
@@ -111,7 +117,7 @@ def test_a_subscription_gets_only_the_events_it_names(live, runtime, receiver):
     wait_for(live, tenant, delivered["leadId"], status_is("delivered"))
     types = sorted((r.json()["type"], r.json()["data"]["leadId"]) for r in received(receiver, 2))
     assert types == sorted([("lead.delivered", delivered["leadId"]), ("lead.failed", failed["leadId"])])
-    time.sleep(0.3)
+    assert wait_until(lambda: all_sent(runtime), 10)
     assert len(receiver.requests_to("/hooks")) == 2
 
 
@@ -146,14 +152,16 @@ def test_the_secret_is_shown_once_and_subscriptions_change_and_go(live, runtime,
     new_secret = "whsec_" + "WFla" * 8
     live.patch("/api/v1/webhooks/crm", json={"active": True, "secret": new_secret}, headers=tenant.headers)
     lead = submit(live, tenant, lead_body("WH1"))
-    (request,) = received(receiver, 1)
+    received(receiver, 1)
+    assert wait_until(lambda: all_sent(runtime), 10)
+    (request,) = receiver.requests_to("/hooks")  # only the event of the lead submitted once active again
     assert Verifier(new_secret).verify(request.body, request.headers)["data"]["leadId"] == lead["leadId"]
 
     gone = live.delete("/api/v1/webhooks/crm", headers=tenant.headers)
     assert gone.status_code == 200 and gone.json()["data"]["deleted"] is True
     assert live.get("/api/v1/webhooks/crm", headers=tenant.headers).status_code == 404
     submit(live, tenant, lead_body("WH1"))
-    time.sleep(0.3)
+    assert wait_until(lambda: all_sent(runtime), 10)
     assert len(receiver.requests_to("/hooks")) == 1
 
 
@@ -290,7 +298,7 @@ def test_an_event_is_given_up_after_its_last_retry(live, runtime, receiver):
                     - clock.now()).total_seconds()
             waited += step
             clock.advance(seconds=step)
-    time.sleep(0.3)
+    assert wait_until(lambda: all_sent(runtime), 10)  # given up: no retry left waiting
     assert len(receiver.requests_to("/hooks")) == tries
     assert 36 * 3600 <= waited <= 48 * 3600  # a day and a half of trying
     attempts = deliveries(live, tenant, hook["webhookId"], "?limit=100")
@@ -393,8 +401,11 @@ def test_deleting_a_subscription_while_its_event_is_in_flight_touches_no_other_e
     assert gone.status_code == 200 and gone.json()["data"]["droppedEvents"] == 1
     subscribe(live, tenant, receiver.url("/hooks"), events=["lead.processed"])
     lead = submit(live, tenant, lead_body("NB1"))
-    time.sleep(1.5)  # the deleted subscription's send has ended meanwhile
-    (request,) = received(receiver, 1)
+    # The deleted subscription's send ends without a trace (its event was dropped: nothing is
+    # recorded), so there is nothing to await but the receiver's 1 s delay; then the one left.
+    time.sleep(1.5)
+    assert wait_until(lambda: all_sent(runtime), 10)
+    (request,) = receiver.requests_to("/hooks")
     assert request.json()["data"]["leadId"] == lead["leadId"]
     assert live.get(f"/api/v1/webhooks/{slow['webhookId']}/deliveries", headers=tenant.headers).status_code == 404
 
@@ -410,7 +421,12 @@ def test_a_new_url_or_a_pause_counts_for_events_already_queued(live, runtime, re
     patch = {"url": receiver.url("/hooks"), "active": False}
     assert live.patch(f"/api/v1/webhooks/{hook['webhookId']}", json=patch, headers=tenant.headers).status_code == 200
     runtime.clock.advance(hours=1)
-    time.sleep(0.5)
+    # A witness: another subscription's event, sent once the paused ones are due too (the sender
+    # looks at every lane's head in each pass); a pause not kept would have sent them by then.
+    receiver.route("/witness", status=204)
+    witness = subscribe(live, tenant, receiver.url("/witness"), events=["lead.processed"])
+    submit(live, tenant, lead_body("NB1"))  # an inactive subscription gets no new events
+    assert wait_until(lambda: [a["state"] for a in deliveries(live, tenant, witness["webhookId"])] == ["delivered"], 10)
     assert receiver.requests_to("/hooks") == []  # paused: the queued events wait
     assert live.patch(f"/api/v1/webhooks/{hook['webhookId']}", json={"active": True},
                       headers=tenant.headers).status_code == 200
@@ -444,10 +460,13 @@ def test_a_lead_queued_again_sends_lead_queued_once(live, runtime, receiver):
     for lead_id in waiting:
         wait_for(live, tenant, lead_id, status_is("queued"))
     runtime.clock.set(datetime(2026, 3, 11, 0, 0, 1, tzinfo=UTC))  # one slot again: one goes, one queues again
-    assert wait_until(lambda: any(live.get(f"/api/v1/leads/{lead_id}", headers=tenant.headers).json()["data"]["status"]
-                                  == "delivered" for lead_id in waiting), 10)
+    assert wait_until(lambda: any(lead_of(live, tenant, lead_id)["status"] == "delivered" for lead_id in waiting), 10)
     received(receiver, 4)
-    time.sleep(0.5)  # room for a fifth event to show
+    still_queued = next(lead_id for lead_id in waiting if lead_of(live, tenant, lead_id)["status"] == "queued")
+    # Queued again on the new day (its second `queued` step): an event for that would be queued with it.
+    assert wait_until(lambda: [e["type"] for e in lead_of(live, tenant, still_queued)["submissions"][-1]
+                               ["journeyEvents"]].count("queued") == 2, 10)
+    assert wait_until(lambda: all_sent(runtime), 10)
     events = [(r.json()["type"], r.json()["data"]["leadId"]) for r in receiver.requests_to("/hooks")]
     assert sorted(e for e in events if e[0] == "lead.queued") == sorted(("lead.queued", i) for i in waiting)
     assert len(events) == 4  # first delivered, two queued, one delivered: nothing for the lead queued again
