@@ -142,7 +142,7 @@ def _serve(config: Config, host: str | None, port: int | None,
 
     from appliance.api.server_protocol import server_protocol
     from appliance.app import create_app
-    from appliance.tls import Server, TlsError, check_pair, plain_http_warning
+    from appliance.tls import Server, TlsError, load_pair, plain_http_warning
 
     bind_host, bind_port = host or config.server.host, port or config.server.port
     tls = config.server.tls
@@ -153,11 +153,16 @@ def _serve(config: Config, host: str | None, port: int | None,
         _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
     if tls:
         try:
-            check_pair(config.server.tls_cert_file, config.server.tls_key_file)
+            load_pair(config.server.tls_cert_file, config.server.tls_key_file)
         except TlsError as exc:
             _fail(str(exc))
-    elif warning := plain_http_warning(bind_host, bind_port):
-        logging.getLogger("appliance.tls").warning("%s", warning)
+    else:
+        try:
+            warning = plain_http_warning(bind_host, bind_port)
+        except OSError as exc:  # resolved a moment ago by the probe above, but names can stop resolving
+            _fail(str(exc))
+        if warning:
+            logging.getLogger("appliance.tls").warning("%s", warning)
     if setup is not None:
         try:
             private_folder(config.data_dir)
@@ -186,6 +191,7 @@ def _serve(config: Config, host: str | None, port: int | None,
         runtime.close()
         let_go(lock, config.data_dir)
         _fail(str(exc))
+    server = None
     try:
         if banner:
             banner(url)
@@ -203,7 +209,10 @@ def _serve(config: Config, host: str | None, port: int | None,
         server.run()
     finally:
         runtime.close()
-        lock.close()
+        if server is not None and server.started:
+            lock.close()
+        else:  # refused after all (the port taken since it was probed): leave nothing behind
+            let_go(lock, config.data_dir)
     if delivery_process is not None and delivery_process.gave_up:
         _fail(f"stopped: {delivery_process.gave_up}")
 
@@ -695,7 +704,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check the config, the master key (against the stored secrets), the database, the plugin
     folders, the address served (and its TLS certificate), and say whether a server runs on the
     data folder."""
-    from appliance.tls import TlsError, check_pair, plain_http_warning
+    from appliance.tls import TlsError, load_pair, plain_http_warning
 
     config = ctx.obj["config"]()
     results: list[dict[str, Any]] = []
@@ -745,7 +754,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     def listening() -> str:
         served = config.server
         if served.tls:
-            check_pair(served.tls_cert_file, served.tls_key_file)
+            load_pair(served.tls_cert_file, served.tls_key_file)
             return f"https://{served.host}:{served.port} (certificate {served.tls_cert_file})"
         warning = plain_http_warning(served.host, served.port)
         if warning:

@@ -57,3 +57,9 @@ def request_id() -> str:
 def floor_id(prefix: str, epoch_ms: int) -> str:
     """The smallest id of `prefix` made at `epoch_ms`: a time bound becomes an id bound."""
     return f"{prefix}_{_time_part(max(epoch_ms, 0))}{'0' * 16}"
+
+
+def is_id(prefix: str, text: str) -> bool:
+    """Whether `text` has the form of an id `new_id(prefix)` makes."""
+    return len(text) == len(prefix) + 27 and text.startswith(f"{prefix}_") and \
+        all(char in _ALPHABET for char in text[len(prefix) + 1:])

@@ -12,10 +12,10 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import os
 import signal
 import socket
 import ssl
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,8 +44,9 @@ _KEY_WHAT = "the TLS key ([server] tls_key_file)"
 
 @contextlib.contextmanager
 def _checked_copies(cert_file: str, key_file: str) -> Iterator[tuple[str, str]]:
-    """The pair read once, checked, and written to private copies that OpenSSL then loads: what
-    was checked is what is loaded, even when the files are being replaced meanwhile."""
+    """The pair read once, checked, and held in memory-only files that OpenSSL then loads: what
+    was checked is what is loaded, even when the files are being replaced meanwhile, and the key
+    is never written anywhere else."""
     cert_pem, key_pem = _read(cert_file, _CERT_WHAT), _read(key_file, _KEY_WHAT)
     try:
         x509.load_pem_x509_certificates(cert_pem)
@@ -58,11 +59,17 @@ def _checked_copies(cert_file: str, key_file: str) -> Iterator[tuple[str, str]]:
                        "(readable by the appliance's user only)") from None
     except (ValueError, UnsupportedAlgorithm):
         raise TlsError(f"{_KEY_WHAT} {key_file} is not a PEM private key") from None
-    with tempfile.TemporaryDirectory(prefix="appliance-tls-") as folder:  # mode 0700: the key stays private
-        cert_copy, key_copy = Path(folder, "cert.pem"), Path(folder, "key.pem")
-        cert_copy.write_bytes(cert_pem)
-        key_copy.write_bytes(key_pem)
-        yield str(cert_copy), str(key_copy)
+    with contextlib.ExitStack() as held:
+        paths = []
+        for name, pem in (("certificate", cert_pem), ("key", key_pem)):
+            try:
+                fd = os.memfd_create(f"appliance-tls-{name}")
+            except OSError as exc:
+                raise TlsError(f"cannot hold the TLS {name} in memory: {exc.strerror}") from None
+            held.callback(os.close, fd)
+            os.write(fd, pem)
+            paths.append(f"/proc/self/fd/{fd}")
+        yield paths[0], paths[1]
 
 
 def _load(context: ssl.SSLContext, copies: tuple[str, str], cert_file: str, key_file: str) -> None:
@@ -86,18 +93,14 @@ def load_pair(cert_file: str, key_file: str, into: ssl.SSLContext | None = None)
             _load(into, copies, cert_file, key_file)
 
 
-def check_pair(cert_file: str, key_file: str) -> None:
-    """Raise TlsError unless the pair loads."""
-    load_pair(cert_file, key_file)
-
-
 def plain_http_warning(host: str, port: int) -> str | None:
     """What to tell the operator when plain HTTP on `host` is reachable from other machines; None
-    when it is loopback only. A name is judged by the addresses it resolves to."""
+    when it is loopback only. A name is judged by the addresses it resolves to; one that does not
+    resolve is an OSError naming it (nothing can listen there)."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror:
-        return None  # nothing can listen there: serve refuses it by itself
+    except socket.gaierror as exc:
+        raise OSError(f"[server] host {host} does not resolve: {exc.strerror}") from None
     if all(ipaddress.ip_address(info[4][0]).is_loopback for info in infos):
         return None
     return (f"plain HTTP on {host}:{port} is reachable from other machines: API keys and leads cross the "

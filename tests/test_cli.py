@@ -57,7 +57,8 @@ def test_key_errors(cli):
     tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
     result = cli("key", "create", "--tenant", tenant_id, "--source", "nope", expect=1)
     assert "source nope" in result.stderr
-    assert "does not exist" in cli("key", "revoke", "key_nope", expect=1).stderr
+    unknown = "key_01JDN0TAKEYATA000000000000"
+    assert cli("key", "revoke", unknown, expect=1).stderr == f"error: key {unknown} does not exist\n"
 
 
 def test_key_revoke_takes_the_key_itself_and_never_prints_it(cli):

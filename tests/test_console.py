@@ -77,6 +77,7 @@ def test_wrong_and_source_keys_are_refused(client, runtime, tenant):
     wrong_key = tenant.key[:-1] + ("y" if tenant.key.endswith("x") else "x")  # one character off
     wrong = client.post("/admin/sign-in", data={"csrf": token, "apiKey": wrong_key})
     assert wrong.status_code == 401 and "not a live API key" in wrong.text
+    assert wrong.headers["WWW-Authenticate"] == 'APIKey realm="appliance", header="X-API-Key"'
     source = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src").key
     refused = client.post("/admin/sign-in", data={"csrf": csrf_of(wrong.text), "apiKey": source})
     assert refused.status_code == 403 and "source key" in refused.text

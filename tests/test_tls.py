@@ -348,3 +348,9 @@ def test_doctor_warns_of_plain_http_beyond_loopback_and_checks_the_certificate(c
     check, line = listening_check(cli, tmp_path, tls_lines(cert, other_key), expect=1)
     assert check["ok"] is False and str(other_key) in check["detail"] and "does not match" in check["detail"]
     assert line.startswith("FAIL  listening: ")
+
+
+def test_doctor_fails_a_host_that_does_not_resolve(cli, tmp_path):
+    check, line = listening_check(cli, tmp_path, 'host = "no-such-host.invalid"\n', expect=1)
+    assert check["ok"] is False and "no-such-host.invalid does not resolve" in check["detail"]
+    assert line.startswith("FAIL  listening: ")

@@ -123,7 +123,8 @@ def _process(text: str | None) -> bool:
       summary="Import a CSV file of leads", tags=TAGS,
       description=("Uploads a CSV file (multipart/form-data) into a campaign: the whole file is checked, the answer"
                    " (202) gives the import's id and its rows are imported in the background. 400 names the bad "
-                   "part, 409 INVALID_STATE when 4 imports of the tenant are running, 415 for another body type."),
+                   f"part, 409 INVALID_STATE when {lead_import.MAX_RUNNING} imports of the tenant are running, 415 "
+                   "for another body type."),
       status_code=202, request_max_body_size=None,
       opt={"form": IMPORT_FORM, "data": lead_import.ImportStarted, "status": 202, "errors": ["VALIDATION_ERROR", "INVALID_STATE"]})
 async def import_leads(request: Request) -> Response:

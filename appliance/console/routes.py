@@ -32,7 +32,7 @@ from appliance.console.session import (
 )
 from appliance.domain.lead import LEAD_STATUSES
 from appliance.domain.report import GROUP_BY
-from appliance.errors import ApiError, NotFound, ValidationFailed
+from appliance.errors import ApiError, NotFound, Unauthorized, ValidationFailed
 from appliance.services import approvals, console, endpoints, lead_import, reports, reposts
 from appliance.storage import LeadFilter
 
@@ -109,7 +109,9 @@ async def sign_in(request: Request) -> Response:
     record = (request.app.state.key_cache.lookup(apikeys.key_hash(key))
               if apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH else None)
     if record is None:
-        return _sign_in(request, "That key is not a live API key of this appliance.", 401)
+        refused = _sign_in(request, "That key is not a live API key of this appliance.", 401)
+        refused.headers["WWW-Authenticate"] = Unauthorized.API_KEY_CHALLENGE  # HTTP asks one of every 401
+        return refused
     if record.kind != "tenant":
         return _sign_in(request, "That is a source key; sign in with a tenant key.", 403)
     if request.cookies.get(COOKIE):  # signed in again: the session before ends now, not in 12 h

@@ -47,7 +47,8 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
         # Checked in this write unit: the worker claims a delivery in a write unit too, and units
         # run one at a time (SQLite's writer, PostgreSQL's writer lock), so a claim committed
         # before this read refuses the decision, and one after it finds the lead as decided.
-        running = submission is not None and tx.jobs.has_running_job(submission.submission_id, "deliver")
+        # Any submission's: a resubmission does not stop an older one's attempt from posting.
+        running = tx.jobs.lead_has_running_job(tenant_id, lead_id, "deliver")
         if (refusal := too_late(body.status, lead.status, delivery_running=running)) is not None:
             raise InvalidState([refusal])
         current = lead.approval.status

@@ -16,6 +16,7 @@ from appliance.services.bundle import (
     BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets, webhook_secret_ref,
 )
 from appliance.clock import iso
+from appliance.ids import is_id
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
 from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.runtime import Runtime
@@ -98,14 +99,16 @@ def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
     now = iso(runtime.clock.now())
 
     def unit(tx):
-        key_id = key_or_id
-        tenant_id = tx.tenants.key_tenant(key_id)
+        # Anything but a key id is looked up by its hash only: a secret never reaches SQL (where a
+        # PostgreSQL server's statement log could keep it).
+        key_id: str | None = key_or_id if is_id("key", key_or_id) else None
+        tenant_id = tx.tenants.key_tenant(key_id) if key_id else None
         if tenant_id is None:
             key_id = tx.tenants.key_id_by_hash(apikeys.key_hash(key_or_id))
             tenant_id = tx.tenants.key_tenant(key_id) if key_id else None
         if tenant_id is None:
             # Only a key id is named back: anything else may be a secret (of another install, mistyped).
-            raise AdminError(f"key {key_or_id} does not exist" if key_or_id.startswith("key_") else
+            raise AdminError(f"key {key_or_id} does not exist" if is_id("key", key_or_id) else
                              "no key has that key id, and no key is that key (not shown): "
                              "`key list --tenant T` lists the key ids")
         tx.tenants.revoke_key(key_id, now)

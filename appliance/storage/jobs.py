@@ -72,13 +72,6 @@ class Jobs:
             (submission_id, kind),
         ).fetchone() is not None
 
-    def has_running_job(self, submission_id: str, kind: str) -> bool:
-        """Whether a job of `kind` for the submission is running: claimed, its attempt under way."""
-        return self._conn.execute(
-            "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state = 'running' LIMIT 1",
-            (submission_id, kind),
-        ).fetchone() is not None
-
     def jobs_of(self, submission_id: str) -> list[tuple[str, str, str]]:
         return self._conn.execute(
             "SELECT kind, state, due_at FROM jobs WHERE submission_id = ? ORDER BY job_id", (submission_id,)
@@ -194,7 +187,12 @@ class Jobs:
             "SELECT count(*) FROM jobs WHERE tenant_id = ? AND state IN ('ready', 'held', 'paused', 'running')",
             (tenant_id,)).fetchone()[0]
 
-    def lead_has_running_job(self, tenant_id: str, lead_id: str) -> bool:
+    def lead_has_running_job(self, tenant_id: str, lead_id: str, kind: str | None = None) -> bool:
+        """Whether a job of the lead (of `kind`, given one) is running: claimed, its attempt under way."""
+        if kind is None:
+            return self._conn.execute(
+                "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1",
+                (tenant_id, lead_id)).fetchone() is not None
         return self._conn.execute(
-            "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND state = 'running' LIMIT 1", (tenant_id, lead_id)
-        ).fetchone() is not None
+            "SELECT 1 FROM jobs WHERE tenant_id = ? AND lead_id = ? AND kind = ? AND state = 'running' LIMIT 1",
+            (tenant_id, lead_id, kind)).fetchone() is not None
