@@ -18,10 +18,10 @@ GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejecte
 
 def too_late(decision: ApprovalStatus, lead_status: str, *, delivery_running: bool) -> str | None:
     """Why `decision` can no longer take effect on the lead (the 409's detail), or None.
-    `delivery_running`: an attempt of its latest submission's delivery is running (claimed by
+    `delivery_running`: an attempt to deliver the lead (any submission's) is running (claimed by
     the worker): it cannot be called back, so even a reset would be answered by a delivery. After
-    a failure a reset is refused too: a repost refuses a pending approval, which no decision
-    could then close. A reset of a delivered lead is kept: it is recorded, the lead stays
+    a failure a reset is refused too: it could change nothing (only a repost sends a failed lead
+    again, and the repost decides the approval itself). A reset of a delivered lead is kept: it is recorded, the lead stays
     delivered, and a delivered lead is never sent again whatever its approval says."""
     if delivery_running:
         return "approval: the lead's delivery is already under way and cannot be called back"
