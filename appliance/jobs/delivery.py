@@ -21,7 +21,6 @@ import msgspec
 from appliance import logs
 from appliance.adapters import trustedform
 from appliance.adapters.outbound import Scrubber, adapter_crash
-from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import iso
 from appliance.domain.approval import held_by_approval, holds_delivery
 from appliance.domain.campaign import Campaign, Distribution
@@ -31,6 +30,7 @@ from appliance.domain.distribution import endpoint_gate, full, rotate, rotates, 
 from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS, DeliveryEndpoint, HealthPolicy, fill_credentials, sealed_fields
 from appliance.domain.endpoint_health import after_answer
 from appliance.domain.lead import DeliveryOutcome, JourneyError, LeadRecord, PostingOutcome, Submission
+from appliance.domain.secret_refs import endpoint_secret_ref
 from appliance.domain.pipeline import evaluate, event, snapshot, usable
 from appliance.domain.rules import qualify
 from appliance.domain.submission import facts_of
