@@ -47,7 +47,7 @@ class DeliveryWorker:
         self.poll_seconds = poll_seconds
         self.grace_seconds = grace_seconds
         self._wake = asyncio.Event()
-        self.deliveries = Deliveries(runtime, settings, registry, self._write)
+        self.deliveries = Deliveries(runtime, registry, self._write)
 
     def wake(self) -> None:
         """New work may be due (a submit committed a job, a job finished)."""

@@ -9,6 +9,7 @@ retry; `error` retries on the endpoint's backoff, then fails."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 from urllib.parse import unquote
 
 from appliance.adapters.outbound import Scrubber
@@ -29,7 +30,6 @@ from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult
 from appliance.services.buyer_choice import STOPPED, Reserved, park, reserve_and_choose
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.delivery_outcome import log_recorded, record_answer
-from appliance.services.tenant_settings import SettingsCache
 from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
 
 
@@ -42,8 +42,7 @@ class OpenedEndpoint:
     missing: list[str]  # credential fields the endpoint needs and the store does not have
 
 
-@dataclass(frozen=True)
-class Sending:
+class Sending(NamedTuple):
     """An attempt on its way to its buyer, the limits' slots held: the adapter to ask and what to
     send it, or (`request` None: the buyer cannot be asked) the `answer` to record instead."""
     attempt: Attempt
@@ -59,11 +58,12 @@ class Sending:
 
 
 class Deliveries:
-    """`write`: the claim loop's writes, each committed only while it holds the job."""
+    """One claim loop's deliveries: `prepare` each job, then, once the loop has asked the buyer,
+    `record` its answer. Opened endpoints are kept by the tenant's config revision. `write`: the
+    loop's writes, each committed only while it holds the job."""
 
-    def __init__(self, runtime: Runtime, settings: SettingsCache, registry: Registry, write: ClaimedWrite) -> None:
+    def __init__(self, runtime: Runtime, registry: Registry, write: ClaimedWrite) -> None:
         self.runtime = runtime
-        self.settings = settings
         self.registry = registry
         self.write = write
         self._endpoints: dict[tuple[str, int, str], OpenedEndpoint | None] = {}
@@ -130,7 +130,7 @@ class Deliveries:
             return Sending(attempt, target, opened, adapter, request)
         return Sending(attempt, target, opened, None, None, answer)
 
-    async def record(self, sending: Sending, result: DeliveryResult, crash: JourneyError | None = None) -> None:
+    async def record(self, sending: Sending, result: DeliveryResult, crash: JourneyError | None) -> None:
         """The buyer's answer (or the one `prepare` gave when it could not be asked) recorded;
         only an adapter that was asked moves its buyer's health, not our own problems."""
         attempt, target, endpoint = sending.attempt, sending.target, sending.endpoint
