@@ -108,7 +108,7 @@ class DeliveryWorker:
             if job.kind == "evaluate":
                 await evaluate_later(self.runtime, self.registry, self._write, job, attempt, http)
             elif (sending := await self.deliveries.prepare(job, attempt)) is not None:
-                await self._send(sending, http)
+                await self._ask_buyer(sending, http)
         except asyncio.CancelledError:
             raise
         except ClaimLost:
@@ -159,25 +159,24 @@ class DeliveryWorker:
         except Exception:  # noqa: BLE001 - handled per job by _process, which logs it
             return {}
 
-    async def _send(self, sending: Sending, http: httpx.AsyncClient) -> None:
+    async def _ask_buyer(self, sending: Sending, http: httpx.AsyncClient) -> None:
         """Ask the buyer under a hard deadline (its endpoint's timeout and a margin) and hand
         the answer, credentials masked, back to the use case to record."""
         crash: JourneyError | None = None
         if sending.request is None:  # the buyer cannot be asked: the answer is given
             result = sending.answer
         else:
-            opened, adapter = sending.opened, sending.adapter
-            endpoint = opened.endpoint
+            endpoint, adapter = sending.endpoint, sending.adapter
             try:
                 async with asyncio.timeout(float(endpoint.timeout_seconds) + DEADLINE_MARGIN):
                     result = checked(await adapter.deliver(sending.request, http), endpoint.adapter)
             except TimeoutError:
                 result = DeliveryResult(outcome="error", reason="delivery deadline passed")
             except Exception as exc:  # an adapter bug is a retryable error, never a crash of the loop
-                crash = adapter_crash(exc, opened.scrubber)
+                crash = adapter_crash(exc, sending.scrubber)
                 log.error("delivery adapter %r raised %s\n%s", endpoint.adapter, crash.message, crash.stack)
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {crash.message}")
-            result = scrubbed(result, opened.scrubber)
+            result = scrubbed(result, sending.scrubber)
         await self.deliveries.record(sending, result, crash)
 
 def where(exc: BaseException) -> str:

@@ -47,14 +47,11 @@ class Sending(NamedTuple):
     send it, or (`request` None: the buyer cannot be asked) the `answer` to record instead."""
     attempt: Attempt
     target: str | None  # the endpoint meant
-    opened: OpenedEndpoint | None
+    endpoint: DeliveryEndpoint | None  # with its credentials filled in
+    scrubber: Scrubber | None  # masks those credentials in the buyer's answer
     adapter: DeliveryAdapter | None
     request: DeliveryRequest | None
     answer: DeliveryResult | None = None
-
-    @property
-    def endpoint(self) -> DeliveryEndpoint | None:
-        return self.opened.endpoint if self.opened is not None else None
 
 
 class Deliveries:
@@ -82,7 +79,7 @@ class Deliveries:
         settings, now = attempt.settings, attempt.now
         campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
         if campaign is None:
-            return Sending(attempt, None, None, None, None,
+            return Sending(attempt, None, None, None, None, None,
                            DeliveryResult(outcome="failure", reason="campaign no longer exists"))
         suppressed = self._suppressed_by(attempt, campaign)
         if suppressed is not None:
@@ -127,8 +124,8 @@ class Deliveries:
                 endpoint=endpoint, secrets=opened.secrets,
                 settings=self.registry.adapter_settings("delivery", endpoint.adapter),
                 allow_private_addresses=self.runtime.config.delivery.allow_private_addresses, now=attempt.now)
-            return Sending(attempt, target, opened, adapter, request)
-        return Sending(attempt, target, opened, None, None, answer)
+            return Sending(attempt, target, endpoint, opened.scrubber, adapter, request)
+        return Sending(attempt, target, endpoint, None, None, None, answer)
 
     async def record(self, sending: Sending, result: DeliveryResult, crash: JourneyError | None) -> None:
         """The buyer's answer (or the one `prepare` gave when it could not be asked) recorded;
