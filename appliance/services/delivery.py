@@ -1,7 +1,7 @@
 """Delivering a lead to a buyer, the use case the claim loop (jobs/delivery.py) runs for each
 `deliver` job it claims. `prepare` checks what may have changed since the submit (the lead's
 approval, its campaign, suppression lists, delivery-time rules), reserves the delivery limits'
-slots and chooses the buyer (services/buyer_choice.py) and opens its endpoint; the loop asks the
+slots and chooses the buyer (services/buyer_choice.py), and opens its endpoint; the loop asks the
 buyer under a deadline and hands the answer to `record` (services/delivery_outcome.py), which
 also moves the lead down the waterfall. `success` delivers; `failure`/`duplicate` fail without
 retry; `error` retries on the endpoint's backoff, then fails."""
