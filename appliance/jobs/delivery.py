@@ -104,7 +104,8 @@ class DeliveryWorker:
         """`loaded`: the job's attempt as `_load_claimed` read it, or NOT_LOADED."""
         logs.bind(tenantId=job.tenant_id, leadId=job.lead_id, submissionId=job.submission_id)
         try:
-            attempt = load_attempts(self.runtime, self.settings, [job])[job.job_id] if loaded is NOT_LOADED else loaded
+            attempt = loaded if loaded is not NOT_LOADED else \
+                load_attempts(self.runtime, self.settings, [job])[job.job_id]
             if job.kind == "evaluate":
                 await evaluate_later(self.runtime, self.registry, self._write, job, attempt, http)
             elif (sending := await self.deliveries.prepare(job, attempt)) is not None:
@@ -178,6 +179,7 @@ class DeliveryWorker:
                 result = DeliveryResult(outcome="error", reason=f"adapter raised {crash.message}")
             result = scrubbed(result, sending.scrubber)
         await self.deliveries.record(sending, result, crash)
+
 
 def where(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
