@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from appliance.services.bundle import endpoint_secret_ref
 from appliance.clock import Clock, iso
 from appliance.config import Config
 from appliance.crypto import SecretBox, SecretError, ensure_master_key, load_master_key
 from appliance.domain.endpoint import split_credentials
+from appliance.domain.secret_refs import endpoint_secret_ref
 from appliance.metrics import Metrics
 from appliance.private_paths import private_folder
 from appliance.storage import DELIVERY_ENDPOINTS, ActivityRow, StorageError, Store, open_postgresql

@@ -1,6 +1,7 @@
 """The layering docs/architecture.md describes, read from the code's imports: no import cycles
 between the appliance's modules; `domain/` imports nothing above it (only itself, the model base
-and the clock); nothing outside `storage/` imports the database engine, writes SQL or uses
+and the clock); `services/`, `runtime.py` and `storage/` import none of the layers that use
+them; nothing outside `storage/` imports the database engine, writes SQL or uses
 storage other than through the package's exports (the store, its sessions and their records)."""
 
 from __future__ import annotations
@@ -11,6 +12,14 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
 DOMAIN_MAY_IMPORT = ("appliance.domain", "appliance.model", "appliance.clock")
 DRIVERS = ("apsw", "psycopg", "psycopg_pool")
+# The layers that call services/, and below them what each lower layer must never import.
+SERVICE_USERS = ("appliance.api", "appliance.console", "appliance.jobs", "appliance.cli", "appliance.app",
+                 "appliance.processes")
+LAYERS_ABOVE = {
+    "appliance.services": SERVICE_USERS,
+    "appliance.runtime": ("appliance.services", *SERVICE_USERS),
+    "appliance.storage": ("appliance.runtime", "appliance.services", *SERVICE_USERS),
+}
 
 
 def module_name(path: Path) -> str:
@@ -59,6 +68,27 @@ def test_domain_imports_nothing_above_it():
     wrong = {name: sorted(m for m in targets if not m.startswith(DOMAIN_MAY_IMPORT))
              for name, targets in graph().items() if name.startswith("appliance.domain")}
     assert {name: targets for name, targets in wrong.items() if targets} == {}
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_lower_layers_import_nothing_above_them():
+    """Not even a function-level import: the layer below would depend on the one that uses it."""
+    wrong = []
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        above = next((a for layer, a in LAYERS_ABOVE.items() if within(name, layer)), ())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module]
+            else:
+                continue
+            wrong += [f"{name} imports {t}" for t in targets if any(within(t, upper) for upper in above)]
+    assert sorted(wrong) == []
 
 
 def test_no_sql_outside_storage():

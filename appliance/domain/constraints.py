@@ -1,14 +1,16 @@
-"""Delivery constraints: delivery limits first, then the schedule. Pure:
-the worker counts and reserves inside a write transaction with the checks built here."""
+"""Delivery constraints: delivery limits first, then the schedule. Pure: services/buyer_choice.py
+counts and reserves inside a write transaction with the checks built here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from appliance.clock import iso
 from appliance.domain import caps as caps_rules
 from appliance.domain.campaign import Campaign, DeliveryLimit
+from appliance.domain.pipeline import usable
 from appliance.domain.schedule import is_open, next_open
 
 # A lifetime limit never resets by itself; a queued lead looks again this often (the limit may
@@ -76,3 +78,15 @@ def schedule_blocked(campaign: Campaign, now: datetime) -> Blocked | None:
     return Blocked(action=schedule.action, reason="outside the delivery schedule",
                    release_at=opens if opens is not None else now + LIFETIME_RECHECK,
                    route_to=schedule.route_to_campaign_id)
+
+
+def campaigns_in_reach(campaign: Campaign, campaigns: Mapping[str, Campaign]) -> dict[str, Campaign]:
+    """The campaign and those its constraints may send a lead on to (one level): its fallbacks and
+    the campaigns its limits and schedule route to, those that take leads."""
+    ids = [campaign.campaign_id, *campaign.qualification.fallback_campaigns]
+    ids += [limit.route_to_campaign_id for limit in campaign.delivery.delivery_limits if limit.route_to_campaign_id]
+    schedule = campaign.delivery.delivery_schedule
+    if schedule is not None and schedule.route_to_campaign_id:
+        ids.append(schedule.route_to_campaign_id)
+    found = {cid: campaigns.get(cid) for cid in ids}
+    return {cid: c for cid, c in found.items() if c is not None and (c is campaign or usable(c))}

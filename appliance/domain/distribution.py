@@ -8,7 +8,8 @@ open endpoint's weight to its running weight, takes the endpoint with the highes
 total back from it. Over any run of choices each endpoint gets its share of the weights to
 within one lead, and the running weights are all the state there is: stored, they let the
 rotation go on exactly where it was after a restart. `round_robin` is the same with every
-weight 1. Pure: the worker checks pauses, limits and schedules, and stores the running weights."""
+weight 1. Pure: services/buyer_choice.py checks pauses, limits and schedules, and stores the
+running weights."""
 
 from __future__ import annotations
 

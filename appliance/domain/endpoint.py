@@ -164,6 +164,19 @@ class DeliveryEndpoint(Model):
         return redacted_repr(self, ("url", "headers", "auth"))
 
 
+def retries_left(endpoint: DeliveryEndpoint | None, attempts: int) -> bool:
+    """Whether an `error` after `attempts` attempts is tried again (the endpoint's retry policy)."""
+    max_attempts = endpoint.retry.max_attempts if endpoint is not None else len(DEFAULT_BACKOFF_SECONDS) + 1
+    return attempts < max_attempts
+
+
+def retry_delay(endpoint: DeliveryEndpoint | None, attempts: int) -> int | float:
+    """Seconds from an `error` after `attempts` attempts to the next (the backoff's last delay repeats)."""
+    backoff = list(endpoint.retry.backoff_seconds) if endpoint is not None and endpoint.retry.backoff_seconds \
+        else list(DEFAULT_BACKOFF_SECONDS)
+    return backoff[min(attempts - 1, len(backoff) - 1)]
+
+
 # ---- credentials ---------------------------------------------------------------------------------
 # Every credential of an endpoint lives in the secret store, never in the stored endpoint: the
 # auth secrets, header values that are credentials, and credentials inside the URL (user info,

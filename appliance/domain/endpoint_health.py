@@ -1,6 +1,7 @@
 """Buyer health: how each answer moves an endpoint's counters, and when the endpoint's
 `healthPolicy` pauses it. A paused endpoint's leads wait (their jobs are parked, not failed)
-until someone resumes it. Pure: the worker stores the health in the answer's transaction."""
+until someone resumes it. Pure: services/delivery_outcome.py stores the health in the answer's
+transaction."""
 
 from __future__ import annotations
 

@@ -1,1 +1,2 @@
-"""Background work inside the server process: the ticker and (later) the delivery worker."""
+"""The background loops: the delivery worker, the webhook sender, the CSV imports a server runs
+and the ticker."""

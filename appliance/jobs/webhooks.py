@@ -18,9 +18,9 @@ import msgspec
 
 from appliance.adapters.webhook_client import SendResult, WebhookClient
 from appliance.clock import iso
+from appliance.domain.secret_refs import webhook_secret_ref
 from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, Webhook, event_body, retry_delay, signature
 from appliance.runtime import Runtime
-from appliance.services.bundle import webhook_secret_ref
 from appliance.services.lead_events import lead_summary
 from appliance.jobs.outage import Outage
 from appliance.storage import WEBHOOKS, OutboxEvent, StorageUnavailable

@@ -21,6 +21,9 @@ from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
+from appliance.domain.secret_refs import (
+    endpoint_secret_ref, pixel_token_ref, sms_secret_ref, source_key_ref, webhook_secret_ref,
+)
 from appliance.domain.webhooks import BundleWebhook
 from appliance.model import Model, all_problems, describe_validation_error, join_path
 
@@ -45,32 +48,6 @@ class BundleError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("\n".join(problems))
         self.problems = problems
-
-
-# Secret refs: `<kind>:<owner ids>:<field>`. Only ids that cannot hold ':' (campaign codes) sit
-# between two others, so a ref reads back unambiguously.
-SECRET_REF_PREFIXES = ("source:", "endpoint:", "sms:", "pixel:", "webhook:")
-
-
-def source_key_ref(campaign_id: str, source_id: str) -> str:
-    return f"source:{campaign_id}:{source_id}:apiKey"
-
-
-def endpoint_secret_ref(endpoint_id: str, field: str) -> str:
-    """`field`: one of domain.endpoint's credential fields (auth.token, headers.<name>, url.userinfo...)."""
-    return f"endpoint:{endpoint_id}:{field}"
-
-
-def sms_secret_ref(provider_id: str, field: Literal["authToken", "apiKey"]) -> str:
-    return f"sms:{provider_id}:{field}"
-
-
-def webhook_secret_ref(webhook_id: str) -> str:
-    return f"webhook:{webhook_id}:secret"
-
-
-def pixel_token_ref(pixel_id: str) -> str:
-    return f"pixel:{pixel_id}:accessToken"
 
 
 def format_from_filename(name: str) -> BundleFormat:

@@ -1,7 +1,7 @@
 """Buyers: each delivery endpoint's health as the API and the CLI show it, and pausing and
-resuming one by hand. The delivery worker pauses an endpoint by itself when its `healthPolicy`
-says so (appliance/domain/endpoint_health); every pause and resume emits `endpoint.paused` /
-`endpoint.resumed` to the tenant's webhooks, in the transaction that made it."""
+resuming one by hand. Recording a buyer's answer pauses its endpoint when its `healthPolicy`
+says so (services/delivery_outcome.py, domain/endpoint_health.py); every pause and resume emits
+`endpoint.paused` / `endpoint.resumed` to the tenant's webhooks, in the transaction that made it."""
 
 from __future__ import annotations
 

@@ -28,6 +28,7 @@ from appliance.adapters.outbound import Scrubber, adapter_crash, http_client
 from appliance.clock import iso
 from appliance.domain.lead import JourneyEvent
 from appliance.domain.pixel_payloads import event_id as stable_event_id
+from appliance.domain.secret_refs import pixel_token_ref
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.plugins import Registry
@@ -105,7 +106,7 @@ async def fire(runtime: Runtime, registry: Registry, tenant_id: str, body: FireB
             raise NotFound()
         if pixel.platform != body.platform:
             raise ValidationFailed([f"platform: pixel {pixel.pixel_id} is a {pixel.platform} pixel"])
-        ref = f"pixel:{pixel.pixel_id}:accessToken"
+        ref = pixel_token_ref(pixel.pixel_id)
         sealed = tx.secrets.get(tenant_id, ref)
     moment = runtime.clock.now()
     now = iso(moment)

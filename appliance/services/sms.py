@@ -37,6 +37,7 @@ from appliance.clock import iso
 from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
 from appliance.domain.normalize import to_e164
+from appliance.domain.secret_refs import sms_secret_ref
 from appliance.errors import NotFound, ProviderError, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
@@ -143,7 +144,7 @@ def _credentials(runtime: Runtime, tx: Any, tenant_id: str, choice: sms_rules.Pr
         if provider.account_sid:
             own["accountSid"] = provider.account_sid
         for field in ("authToken", "apiKey"):
-            ref = f"sms:{provider.provider_id}:{field}"
+            ref = sms_secret_ref(provider.provider_id, field)
             blob = tx.secrets.get(tenant_id, ref)
             if blob is not None:
                 own[field] = runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")

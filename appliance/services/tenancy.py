@@ -12,12 +12,11 @@ import msgspec
 from appliance import apikeys
 from appliance.adapters import netguard
 from appliance.domain.webhooks import MIN_SECRET_BYTES, BundleWebhook, Webhook, new_secret
-from appliance.services.bundle import (
-    BundleError, TenantBundle, endpoint_secret_ref, load_bundle, split_secrets, webhook_secret_ref,
-)
+from appliance.services.bundle import BundleError, TenantBundle, load_bundle, split_secrets
 from appliance.clock import iso
 from appliance.ids import is_id
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
+from appliance.domain.secret_refs import endpoint_secret_ref, webhook_secret_ref
 from appliance.domain.standard_fields import STANDARD_FIELDS
 from appliance.runtime import Runtime
 from appliance.services.webhooks import url_problem

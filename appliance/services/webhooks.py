@@ -14,6 +14,7 @@ from msgspec import UNSET, Meta, UnsetType
 
 from appliance.adapters import netguard
 from appliance.clock import iso
+from appliance.domain.secret_refs import webhook_secret_ref
 from appliance.domain.webhooks import (
     ALL_EVENTS, MIN_SECRET_BYTES, Webhook, check_event_names, check_secret, check_webhook_url, new_secret,
 )
@@ -21,7 +22,6 @@ from appliance.errors import NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model, invalid
 from appliance.runtime import Runtime
-from appliance.services.bundle import webhook_secret_ref
 from appliance.storage import WEBHOOKS, Session
 
 Description = Annotated[str, Meta(max_length=500)]

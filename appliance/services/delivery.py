@@ -1,0 +1,230 @@
+"""Delivering a lead to a buyer, the use case the claim loop (jobs/delivery.py) runs for each
+`deliver` job it claims. `prepare` checks what may have changed since the submit (the lead's
+approval, its campaign, suppression lists, delivery-time rules), reserves the delivery limits'
+slots and chooses the buyer (services/buyer_choice.py), and opens its endpoint; the loop asks the
+buyer under a deadline and hands the answer to `record` (services/delivery_outcome.py), which
+also moves the lead down the waterfall. `success` delivers; `failure`/`duplicate` fail without
+retry; `error` retries on the endpoint's backoff, then fails."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+from urllib.parse import unquote
+
+from appliance.adapters.outbound import Scrubber
+from appliance.clock import iso
+from appliance.domain.approval import holds_delivery
+from appliance.domain.campaign import Campaign
+from appliance.domain.constraints import campaigns_in_reach, limit_checks, schedule_blocked
+from appliance.domain.delivery_target import endpoint_override
+from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
+from appliance.domain.lead import JourneyError
+from appliance.domain.rules import qualify
+from appliance.domain.secret_refs import endpoint_secret_ref
+from appliance.domain.submission import facts_of
+from appliance.domain.suppression import lead_hashes
+from appliance.plugins import Registry
+from appliance.runtime import Runtime
+from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult
+from appliance.services.buyer_choice import STOPPED, Reserved, park, reserve_and_choose
+from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
+from appliance.services.delivery_outcome import log_recorded, record_answer
+from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
+
+
+@dataclass(frozen=True)
+class OpenedEndpoint:
+    """A stored endpoint with its credentials filled in from the secret store, ready to send."""
+    endpoint: DeliveryEndpoint
+    secrets: dict[str, str]  # opened credentials by field (the adapter's `request.secrets`)
+    scrubber: Scrubber  # masks those credentials in whatever the buyer answers
+    missing: list[str]  # credential fields the endpoint needs and the store does not have
+
+
+class Sending(NamedTuple):
+    """An attempt on its way to its buyer, the limits' slots held: the adapter to ask and what to
+    send it, or (`request` None: the buyer cannot be asked) the `answer` to record instead."""
+    attempt: Attempt
+    target: str | None  # the endpoint meant
+    endpoint: DeliveryEndpoint | None  # with its credentials filled in
+    scrubber: Scrubber | None  # masks those credentials in the buyer's answer
+    adapter: DeliveryAdapter | None
+    request: DeliveryRequest | None
+    answer: DeliveryResult | None = None
+
+
+class Deliveries:
+    """One claim loop's deliveries: `prepare` each job, then, once the loop has asked the buyer,
+    `record` its answer. Opened endpoints are kept by the tenant's config revision. `write`: the
+    loop's writes, each committed only while it holds the job."""
+
+    def __init__(self, runtime: Runtime, registry: Registry, write: ClaimedWrite) -> None:
+        self.runtime = runtime
+        self.registry = registry
+        self.write = write
+        self._endpoints: dict[tuple[str, int, str], OpenedEndpoint | None] = {}
+
+    async def prepare(self, job: Job, attempt: Attempt | None) -> Sending | None:
+        """The attempt ready for its buyer; None when it goes nowhere this time (ended, held for
+        an approval, queued until a window opens or a limit resets, or parked for a paused buyer)."""
+        clock = self.runtime.clock
+        if attempt is None:
+            now = iso(clock.now())
+            await self.write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", now, "lead or submission missing"))
+            return None
+        if holds_delivery(attempt.lead.approval, attempt.lead.status):
+            await self.write(job, lambda tx: self._wait_for_decision(tx, job))
+            return None
+        settings, now = attempt.settings, attempt.now
+        campaign = settings.campaigns.get(attempt.submission.campaign.campaign_id)
+        if campaign is None:
+            return Sending(attempt, None, None, None, None, None,
+                           DeliveryResult(outcome="failure", reason="campaign no longer exists"))
+        suppressed = self._suppressed_by(attempt, campaign)
+        if suppressed is not None:
+            await self.write(job, lambda tx: settle(tx, clock, attempt, None, "suppressed", suppressed,
+                                                    job_state="done", event_kind="suppressed"))
+            return None
+        problem = self._delivery_time_problem(attempt, campaign)
+        if problem is not None:
+            await self.write(job, lambda tx: settle(tx, clock, attempt, None, "disqualified", problem,
+                                                    job_state="done"))
+            return None
+        candidates = campaigns_in_reach(campaign, settings.campaigns)
+        checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
+        named = endpoint_override(attempt.submission)
+        chosen: str | None | object = None
+        if checks[campaign.campaign_id] == ([], None) and (campaign.delivery.distribution is None or named):
+            reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
+        else:  # one write unit takes the campaign's slots and chooses the buyer
+            reserved, chosen = await self.write(
+                job, lambda tx: reserve_and_choose(tx, clock, attempt, campaign, candidates, checks, named))
+            if reserved is not None:  # that unit waited its turn: the pause is read again when chosen
+                reserved = replace(reserved, attempt=replace(reserved.attempt, paused=None))
+        if reserved is None or chosen is STOPPED:
+            return None
+        attempt = reserved.attempt
+        target = chosen if isinstance(chosen, str) else await self._campaign_endpoint(attempt, reserved.campaign, named)
+        if not isinstance(target, str | None):  # STOPPED: the job waits for its paused endpoint
+            return None
+        opened = self._endpoint(attempt, target)
+        endpoint = opened.endpoint if opened is not None else None
+        adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
+        if opened is None or endpoint is None:
+            answer = DeliveryResult(outcome="failure", reason="the campaign has no delivery endpoint")
+        elif opened.missing:
+            answer = DeliveryResult(outcome="failure", reason="the endpoint's stored credentials are missing: "
+                                                              + ", ".join(opened.missing))
+        elif adapter is None:
+            answer = DeliveryResult(outcome="error", reason=f"no delivery adapter named {endpoint.adapter!r}")
+        else:
+            request = DeliveryRequest(
+                lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
+                endpoint=endpoint, secrets=opened.secrets,
+                settings=self.registry.adapter_settings("delivery", endpoint.adapter),
+                allow_private_addresses=self.runtime.config.delivery.allow_private_addresses, now=attempt.now)
+            return Sending(attempt, target, endpoint, opened.scrubber, adapter, request)
+        return Sending(attempt, target, endpoint, None, None, None, answer)
+
+    async def record(self, sending: Sending, result: DeliveryResult, crash: JourneyError | None) -> None:
+        """The buyer's answer (or the one `prepare` gave when it could not be asked) recorded;
+        only an adapter that was asked moves its buyer's health, not our own problems."""
+        attempt, target, endpoint = sending.attempt, sending.target, sending.endpoint
+        asked = target if sending.request is not None else None
+        clock = self.runtime.clock
+        recorded = await self.write(
+            attempt.job, lambda tx: record_answer(tx, clock, attempt, result, endpoint, crash, asked, target))
+        # Counted and logged once it is committed (a write unit may run more than once).
+        self.runtime.metrics.deliveries[(result.outcome, target or "-")] += 1
+        log_recorded(attempt.job, target, result, recorded, endpoint)
+
+    # ---- before sending ---------------------------------------------------------------------
+
+    def _wait_for_decision(self, tx: Session, job: Job) -> None:
+        """A job whose lead an open or refused approval holds (a retry scheduled before the decision)
+        ends here unsent; the decision that clears the lead schedules its delivery again. Read in
+        the write unit, so a decision committed since the job was loaded is seen."""
+        now = iso(self.runtime.clock.now())
+        lead = tx.leads.get_lead(job.tenant_id, job.lead_id)
+        if lead is not None and holds_delivery(lead.approval, lead.status):
+            tx.jobs.finish(job.job_id, "cancelled", now, "waiting on the lead's approval")
+        else:
+            tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
+
+    def _suppressed_by(self, attempt: Attempt, campaign: Campaign) -> str | None:
+        """The campaign's suppression lists, checked again just before sending (a value may have
+        been added since the submit): the reason names the list, never the value."""
+        list_ids = campaign.qualification.suppression_list_ids
+        hashes = lead_hashes(attempt.lead.email, attempt.lead.phone_e164) if list_ids else []
+        if not hashes:
+            return None
+        tx = self.runtime.store.reader()
+        list_id = tx.suppression.first_match(attempt.job.tenant_id, list_ids, hashes)
+        if list_id is None:
+            return None
+        found = tx.suppression.get_list(attempt.job.tenant_id, list_id)
+        return f"suppressed by list {found[1] if found is not None else list_id}"
+
+    def _delivery_time_problem(self, attempt: Attempt, campaign: Campaign) -> str | None:
+        """`appliesAt: delivery` rules and the TCPA delivery policy, just before sending."""
+        if campaign.qualification.tcpa_policy.delivery_policy.required and \
+                attempt.lead.compliance.get("tcpaConsent") is not True:
+            return "TCPA consent required for delivery: compliance.tcpaConsent is not true"
+        rules = [r for r in campaign.qualification.rules if r.applies_at == "delivery"]
+        if not rules:
+            return None
+        result = qualify(rules, facts_of(attempt.lead), applies_at="delivery", value_sets=attempt.settings.value_sets,
+                         today=attempt.now.date(), prompt_evaluator=self.registry.prompt_evaluator())
+        return None if result.passed else (result.reason or "a delivery rule failed")
+
+    # ---- the buyer of a campaign without a distribution ----------------------------------------
+
+    async def _campaign_endpoint(self, attempt: Attempt, campaign: Campaign, named: str | None) -> str | None | object:
+        """The endpoint of a campaign without a distribution, or the one a repost named (None:
+        none); STOPPED when it is paused and the job was parked instead."""
+        target = named or campaign.delivery.delivery_endpoint_id
+        if target and self._is_paused(attempt, target):
+            clock = self.runtime.clock
+            parked = await self.write(attempt.job, lambda tx: park(tx, clock, attempt, target, attempted=False))
+            if parked:
+                return STOPPED
+        return target
+
+    def _is_paused(self, attempt: Attempt, endpoint_id: str) -> bool:
+        if attempt.paused is not None:
+            return endpoint_id in attempt.paused
+        return self.runtime.store.reader().endpoints.is_paused(attempt.job.tenant_id, endpoint_id)
+
+    # ---- the buyer's endpoint, opened ------------------------------------------------------------
+
+    def _endpoint(self, attempt: Attempt, endpoint_id: str | None) -> OpenedEndpoint | None:
+        if not endpoint_id:
+            return None
+        # Endpoints and their opened secrets change only with the tenant's config revision.
+        key = (attempt.job.tenant_id, attempt.settings.rev, endpoint_id)
+        if key in self._endpoints:
+            found = self._endpoints[key]
+        else:
+            found = self._endpoints[key] = self._open_endpoint(attempt.job.tenant_id, endpoint_id)
+            if len(self._endpoints) > 1024:
+                self._endpoints.pop(next(iter(self._endpoints)))
+        return found
+
+    def _open_endpoint(self, tenant_id: str, endpoint_id: str) -> OpenedEndpoint | None:
+        tx = self.runtime.store.reader()
+        stored = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
+        if stored is None:
+            return None
+        opened: dict[str, str] = {}
+        for field in sealed_fields(stored):
+            ref = endpoint_secret_ref(endpoint_id, field)
+            blob = tx.secrets.get(tenant_id, ref)
+            if blob is not None:
+                opened[field] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
+        endpoint, missing = fill_credentials(stored, opened)
+        # URL parts are stored as written (percent-encoded): a peer may echo them decoded.
+        known = [*opened.values(), *(unquote(v) for f, v in opened.items() if f.startswith("url."))]
+        username = stored.auth.username if stored.auth is not None else None
+        pairs = [(username, opened.get("auth.password"))]
+        return OpenedEndpoint(endpoint, opened, Scrubber(known, pairs), missing)
