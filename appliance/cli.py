@@ -142,7 +142,7 @@ def _serve(config: Config, host: str | None, port: int | None,
 
     from appliance.api.server_protocol import server_protocol
     from appliance.app import create_app
-    from appliance.tls import Server, TlsError, load_pair, plain_http_warning
+    from appliance.tls import Server, TlsError, check_listening
 
     bind_host, bind_port = host or config.server.host, port or config.server.port
     tls = config.server.tls
@@ -151,18 +151,12 @@ def _serve(config: Config, host: str | None, port: int | None,
     problem = _cannot_listen(bind_host, bind_port)
     if problem:
         _fail(f"cannot listen on {bind_host}:{bind_port}: {problem}")
-    if tls:
-        try:
-            load_pair(config.server.tls_cert_file, config.server.tls_key_file)
-        except TlsError as exc:
-            _fail(str(exc))
-    else:
-        try:
-            warning = plain_http_warning(bind_host, bind_port)
-        except OSError as exc:  # resolved a moment ago by the probe above, but names can stop resolving
-            _fail(str(exc))
-        if warning:
-            logging.getLogger("appliance.tls").warning("%s", warning)
+    try:
+        warning = check_listening(config.server.tls_cert_file, config.server.tls_key_file, bind_host, bind_port)
+    except (TlsError, OSError) as exc:  # OSError: a name the probe above resolved no longer does
+        _fail(str(exc))
+    if warning:
+        logging.getLogger("appliance.tls").warning("%s", warning)
     if setup is not None:
         try:
             private_folder(config.data_dir)
@@ -704,7 +698,7 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
     """Check the config, the master key (against the stored secrets), the database, the plugin
     folders, the address served (and its TLS certificate), and say whether a server runs on the
     data folder."""
-    from appliance.tls import TlsError, load_pair, plain_http_warning
+    from appliance.tls import TlsError, check_listening
 
     config = ctx.obj["config"]()
     results: list[dict[str, Any]] = []
@@ -753,12 +747,11 @@ def doctor(ctx: click.Context, as_json: bool) -> None:
 
     def listening() -> str:
         served = config.server
-        if served.tls:
-            load_pair(served.tls_cert_file, served.tls_key_file)
-            return f"https://{served.host}:{served.port} (certificate {served.tls_cert_file})"
-        warning = plain_http_warning(served.host, served.port)
+        warning = check_listening(served.tls_cert_file, served.tls_key_file, served.host, served.port)
         if warning:
             raise _Caution(warning)
+        if served.tls:
+            return f"https://{served.host}:{served.port} (certificate {served.tls_cert_file})"
         return f"http://{served.host}:{served.port} (this machine only)"
 
     def server() -> str:

@@ -93,6 +93,15 @@ def load_pair(cert_file: str, key_file: str, into: ssl.SSLContext | None = None)
             _load(into, copies, cert_file, key_file)
 
 
+def check_listening(cert_file: str, key_file: str, host: str, port: int) -> str | None:
+    """What serving on `host` asks of the operator, for `serve` and `doctor` alike: with TLS
+    configured, raise TlsError unless the pair loads; without, the plain-HTTP warning or None."""
+    if cert_file:
+        load_pair(cert_file, key_file)
+        return None
+    return plain_http_warning(host, port)
+
+
 def plain_http_warning(host: str, port: int) -> str | None:
     """What to tell the operator when plain HTTP on `host` is reachable from other machines; None
     when it is loopback only. A name is judged by the addresses it resolves to; one that does not

@@ -21,8 +21,9 @@ def too_late(decision: ApprovalStatus, lead_status: str, *, delivery_running: bo
     `delivery_running`: an attempt to deliver the lead (any submission's) is running (claimed by
     the worker): it cannot be called back, so even a reset would be answered by a delivery. After
     a failure a reset is refused too: it could change nothing (only a repost sends a failed lead
-    again, and the repost decides the approval itself). A reset of a delivered lead is kept: it is recorded, the lead stays
-    delivered, and a delivered lead is never sent again whatever its approval says."""
+    again, and the repost decides the approval itself). A reset of a delivered lead is kept: it is
+    recorded, the lead stays delivered, and a delivered lead is never sent again whatever its
+    approval says."""
     if delivery_running:
         return "approval: the lead's delivery is already under way and cannot be called back"
     if lead_status == "failed":
