@@ -17,6 +17,10 @@ folder that implements some of the hooks below with `@hookimpl`:
 `settings` is the plugin's own `[plugins.<module name>]` table from the config file (a dict;
 decode it into your own msgspec struct). Adapters carry `api_version`; one built for another
 major version of this API is refused at load time. Built-in adapters register the same way.
+
+A delivery adapter may also answer auctions (since API revision 2): implement `ping`, which asks
+the buyer for a bid and returns a `PingResult`. An adapter without it still delivers; an auction
+then counts its endpoint as an `error` unless the distribution gives it a fixed `bid`.
 """
 
 from __future__ import annotations
@@ -28,17 +32,20 @@ import httpx
 import msgspec
 import pluggy
 
+from appliance.domain.auction import PingResult
 from appliance.domain.delivery_result import DeliveryResult, Outcome
 from appliance.domain.endpoint import DeliveryEndpoint
 
 API_VERSION = 1
+API_REVISION = 2  # additions that keep version 1 plugins working; 2: DeliveryAdapter.ping
 PROJECT = "appliance"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
 __all__ = [
-    "API_VERSION", "hookimpl", "DeliveryAdapter", "DeliveryRequest", "DeliveryResult", "Outcome", "SmsProvider",
+    "API_VERSION", "API_REVISION", "hookimpl", "DeliveryAdapter", "DeliveryRequest", "DeliveryResult", "Outcome",
+    "PingRequest", "PingResult", "SmsProvider",
     "SmsMessage", "SmsResult", "PixelPlatform", "PixelEvent", "PixelResult", "IntakeAction",
 ]
 
@@ -59,9 +66,33 @@ class DeliveryRequest(msgspec.Struct, kw_only=True):
     now: datetime = msgspec.field(default_factory=lambda: datetime.now(timezone.utc))
 
 
+class PingRequest(msgspec.Struct, kw_only=True):
+    """One ask for a bid before a lead is sold at auction: the lead may be partial (a supplier's
+    ping carries no contact fields). `endpoint.ping` says where and how; `timeout_seconds` is what
+    is left of the buyer's ping timeout and the round's (the worker gives up on the ping then)."""
+
+    lead: dict[str, Any]
+    auction_id: str               # the round; the same for every buyer pinged in it
+    endpoint: DeliveryEndpoint
+    secrets: dict[str, str]
+    settings: dict[str, Any]
+    timeout_seconds: float
+    allow_private_addresses: bool = False
+    now: datetime = msgspec.field(default_factory=lambda: datetime.now(timezone.utc))
+
+
 class DeliveryAdapter:
     name: ClassVar[str]
     api_version: ClassVar[int] = API_VERSION
+
+    @property
+    def can_ping(self) -> bool:
+        """Whether this adapter answers auctions (it overrides `ping`)."""
+        return type(self).ping is not DeliveryAdapter.ping
+
+    async def ping(self, request: PingRequest, http: httpx.AsyncClient) -> PingResult:
+        """Ask the buyer for a bid (optional; see the module's docstring)."""
+        raise NotImplementedError
 
     def validate(self, endpoint: DeliveryEndpoint) -> list[str]:
         """Problems with an endpoint's configuration for this adapter, as `"<field>: <problem>"`."""

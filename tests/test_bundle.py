@@ -108,11 +108,11 @@ FULL_CAMPAIGN = {
         "deliveryEndpointId": "ep_1",
         "distribution": {"method": "weighted", "endpoints": [
             {"deliveryEndpointId": "ep_1", "priority": 0, "weight": 3, "active": True, "deliveryLimits": [],
-             "deliverySchedule": None, "conditions": None},
+             "deliverySchedule": None, "conditions": None, "bid": None},
             {"deliveryEndpointId": "ep_2", "priority": 1, "weight": 1, "active": True,
              "deliveryLimits": [{"active": True, "cap": 10, "type": "daily", "action": "queue", "startDate": None,
                                  "endDate": None, "routeToCampaignId": None}],
-             "deliverySchedule": None, "conditions": None}]},
+             "deliverySchedule": None, "conditions": None, "bid": None}], "auction": None},
         "deliveryLimits": [{"active": True, "cap": 50, "type": "daily", "action": "route",
                             "startDate": "2026-11-01", "endDate": "2026-12-31", "routeToCampaignId": "HOME1"}],
         "deliverySchedule": {
@@ -359,7 +359,7 @@ def campaign_problem(patch: dict) -> list[str]:
     ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1"}, {"deliveryEndpointId": "ep_1"}]}},
      "campaigns[0].delivery.distribution.endpoints: names 'ep_1' twice"),
     ({"delivery.distribution": {"method": "random", "endpoints": [{"deliveryEndpointId": "ep_1"}]}},
-     "campaigns[0].delivery.distribution.method: must be one of priority, round_robin, weighted"),
+     "campaigns[0].delivery.distribution.method: must be one of priority, round_robin, weighted, auction"),
     ({"delivery.distribution": {"endpoints": [{"deliveryEndpointId": "ep_1",
                                                "deliveryLimits": [{"cap": 5, "action": "next_priority"}]}]}},
      "campaigns[0].delivery.distribution.endpoints[0].deliveryLimits: a buyer's own limits can only queue"

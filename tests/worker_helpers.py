@@ -46,6 +46,30 @@ class Scripted(DeliveryAdapter):
                               client_lead_id="buyer-" + str(request.attempt) if step == "success" else None,
                               message="ok" if step == "success" else "no", response_fields={"echo": request.endpoint.delivery_endpoint_id})
 
+    async def ping(self, request, http):
+        # An endpoint's config.ping answers every ping: a bid ("12.5"), "none", "error", "raise",
+        # "sleep:<s>" (never in time) or "late:<s>:<bid>" (a bid after s seconds).
+        from appliance.sdk import PingResult
+        PINGS.append((request.endpoint.delivery_endpoint_id, request.auction_id, dict(request.lead)))
+        said = str(request.endpoint.config.get("ping", "none"))
+        if said.startswith("sleep:") or said.startswith("late:"):
+            import asyncio
+            await asyncio.sleep(float(said.split(":")[1]))
+            if said.startswith("sleep:"):
+                return PingResult(outcome="no_bid")
+            said = said.split(":")[2]
+        if said == "none":
+            return PingResult(outcome="no_bid", reason="not interested")
+        if said == "error":
+            return PingResult(outcome="error", reason="HTTP 503")
+        if said == "raise":
+            raise RuntimeError("ping bug")
+        if said == "mistyped":
+            return PingResult(outcome="bid", bid="$5")
+        return PingResult(outcome="bid", bid=float(said), ping_token="tok-" + request.endpoint.delivery_endpoint_id)
+
+PINGS = []
+
 @hookimpl
 def appliance_delivery_adapters(settings):
     return [Scripted()]

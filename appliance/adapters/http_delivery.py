@@ -1,7 +1,9 @@
 """The built-in `http` delivery adapter, shaped like a LeadConduit
 integration: `validate` (the endpoint), request (built by appliance/domain/delivery_mapping),
 response (read by the endpoint's response rules). Registered through the plugin hook like any
-plugin.
+plugin. It answers auctions too: `ping` sends the endpoint's `ping` request the same way (its
+own URL, method, body format, headers and field mapping; the endpoint's auth and sealed headers)
+and reads the bid with appliance/domain/auction.read_ping_answer.
 
 One attempt, in order:
 1. The body from the field mapping; a mapping problem or a missing auth secret is outcome
@@ -47,6 +49,7 @@ import base64
 import functools
 import ssl
 import zlib
+from datetime import datetime
 from typing import Any, Final, NamedTuple
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -61,7 +64,8 @@ from appliance.domain.delivery_mapping import (
     interpret,
 )
 from appliance.domain.endpoint import DeliveryEndpoint, looks_like_credential
-from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult, hookimpl
+from appliance.domain.auction import read_ping_answer
+from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult, PingRequest, PingResult, hookimpl
 
 MAX_RESPONSE_BYTES: Final = 1024 * 1024
 MASK: Final = "***"
@@ -157,6 +161,13 @@ def _merged_query(query: str, pairs: list[tuple[str, str]]) -> str:
     return urlencode([(key, value) for key, values in merged.items() for value in values])
 
 
+class Refused(NamedTuple):
+    """No answer to read: the request was not sent (`failure`) or the exchange failed (`error`)."""
+
+    outcome: str
+    reason: str
+
+
 class HttpDelivery(DeliveryAdapter):
     name = "http"
 
@@ -180,19 +191,51 @@ class HttpDelivery(DeliveryAdapter):
     async def deliver(self, request: DeliveryRequest, http: httpx.AsyncClient) -> DeliveryResult:
         endpoint = request.endpoint
         shown = {"url": display_url(endpoint.url), "method": endpoint.method, "body_format": endpoint.body_format}
+        answer = await self._exchange(endpoint, request.lead, request.now, request.secrets,
+                                      request.allow_private_addresses, request.submission_id)
+        if isinstance(answer, Refused):
+            return DeliveryResult(outcome=answer.outcome, reason=answer.reason, **shown)  # type: ignore[arg-type]
+        body, truncated = _decoded(answer)
+        result = interpret(endpoint.response_rules, answer.status, body, answer.header("content-type"))
+        if truncated:
+            reason = f"{result.reason}; response body truncated at {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB"
+            message = reason if result.message == result.reason else result.message
+            result = msgspec.structs.replace(result, reason=reason, message=message)
+        return msgspec.structs.replace(result, **shown)
 
-        def outcome(kind: str, reason: str) -> DeliveryResult:
-            return DeliveryResult(outcome=kind, reason=reason, **shown)  # type: ignore[arg-type]
+    async def ping(self, request: PingRequest, http: httpx.AsyncClient) -> PingResult:
+        """The endpoint's `ping` request, sent like a delivery (the same guard, pool and
+        deadline) with the endpoint's auth and sealed headers; the answer read by the ping's rules."""
+        endpoint, ping = request.endpoint, request.endpoint.ping
+        if ping is None or ping.response_rules is None:
+            return PingResult(outcome="error", reason="the endpoint has no ping")
+        sealed = {field.removeprefix("headers.") for field in request.secrets if field.startswith("headers.")}
+        headers = {name: value for name, value in endpoint.headers.items() if name.lower() in sealed}
+        asking = msgspec.structs.replace(
+            endpoint, url=ping.url, method=ping.method, body_format=ping.body_format,
+            headers={**headers, **ping.headers}, field_mapping=ping.field_mapping,
+            timeout_seconds=max(request.timeout_seconds, 0.001))
+        answer = await self._exchange(asking, request.lead, request.now, request.secrets,
+                                      request.allow_private_addresses, None)
+        if isinstance(answer, Refused):
+            return PingResult(outcome="error", reason=answer.reason)
+        body, _ = _decoded(answer)
+        return read_ping_answer(ping.response_rules, answer.status, body, answer.header("content-type"))
 
+    async def _exchange(self, endpoint: DeliveryEndpoint, lead: dict[str, Any], now: datetime,
+                        secrets: dict[str, str], allow_private_addresses: bool,
+                        idempotency_key: str | None) -> http1.Response | Refused:
+        """One request to `endpoint` as the module's docstring says, under its timeout: the
+        buyer's response, or why there is none."""
         problems = self.validate(endpoint)
         if problems:
-            return outcome("failure", "; ".join(problems))
-        payload, problems = build_payload(endpoint, request.lead, request.now.date())
-        auth_headers, auth_problem = _auth_headers(endpoint, request.secrets)
+            return Refused("failure", "; ".join(problems))
+        payload, problems = build_payload(endpoint, lead, now.date())
+        auth_headers, auth_problem = _auth_headers(endpoint, secrets)
         if auth_problem:
             problems.append(auth_problem)
         if problems:
-            return outcome("failure", "; ".join(problems))
+            return Refused("failure", "; ".join(problems))
 
         target = parse_target(endpoint.url or "")
         assert target is not None  # validate checked it
@@ -209,47 +252,40 @@ class HttpDelivery(DeliveryAdapter):
             content, content_type = encode_body(payload, endpoint.body_format)
             headers.setdefault("content-type", ("Content-Type", content_type))
         headers.update((name.lower(), (name, value)) for name, value in auth_headers.items())
-        headers["idempotency-key"] = ("Idempotency-Key", request.submission_id)
+        if idempotency_key is not None:
+            headers["idempotency-key"] = ("Idempotency-Key", idempotency_key)
         if target.basic_auth is not None:
             headers["authorization"] = ("Authorization", target.basic_auth)
         try:
             outgoing = http1.build_request(endpoint.method, path, headers.values(), content)
         except http1.InvalidRequest as exc:
-            return outcome("failure", f"request refused: {exc}")
+            return Refused("failure", f"request refused: {exc}")
 
         deadline = endpoint.timeout_seconds
         try:
             async with asyncio.timeout(deadline):
                 destination = await netguard.resolve_destination(
-                    endpoint.url or "", request.allow_private_addresses,
+                    endpoint.url or "", allow_private_addresses,
                     timeout=min(deadline, netguard.RESOLVE_TIMEOUT_SECONDS))
                 if destination.reason:
-                    return outcome("error" if destination.transient else "failure", destination.reason)
+                    return Refused("error" if destination.transient else "failure", destination.reason)
                 # Connect to the checked address; keep the name for Host and TLS (see the docstring).
                 address = destination.ip or target.host
                 server_name = None
                 if target.scheme == "https":
                     server_name = address if target.host_is_address else target.host
                 origin = http1.Origin(target.scheme, address, target.port, server_name)
-                response = await self._client.send(origin, outgoing, max_body=MAX_RESPONSE_BYTES)
+                return await self._client.send(origin, outgoing, max_body=MAX_RESPONSE_BYTES)
         except TimeoutError:
-            return outcome("error", f"timed out after {deadline:g} s")
+            return Refused("error", f"timed out after {deadline:g} s")
         except http1.ConnectFailed as exc:
-            return outcome("error", f"connection failed: {_short_error(exc)}")
+            return Refused("error", f"connection failed: {_short_error(exc)}")
         except http1.ProtocolError as exc:
-            return outcome("error", f"connection closed without a complete response: {_short_error(exc)}")
+            return Refused("error", f"connection closed without a complete response: {_short_error(exc)}")
         except http1.TransportError as exc:
-            return outcome("error", f"connection error: {_short_error(exc)}")
+            return Refused("error", f"connection error: {_short_error(exc)}")
         except Exception as exc:  # an adapter bug is an error outcome (retried), never a crash of the worker
-            return outcome("error", f"adapter error: {type(exc).__name__}")
-
-        body, truncated = _decoded(response)
-        result = interpret(endpoint.response_rules, response.status, body, response.header("content-type"))
-        if truncated:
-            reason = f"{result.reason}; response body truncated at {MAX_RESPONSE_BYTES // (1024 * 1024)} MiB"
-            message = reason if result.message == result.reason else result.message
-            result = msgspec.structs.replace(result, reason=reason, message=message)
-        return msgspec.structs.replace(result, **shown)
+            return Refused("error", f"adapter error: {type(exc).__name__}")
 
     async def aclose(self) -> None:
         await self._client.aclose()

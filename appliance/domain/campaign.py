@@ -427,6 +427,7 @@ class Ingestion(Model):
 # 2.1.6 delivery
 
 MAX_WEIGHT = 1_000_000  # the rotation adds weights up: keep the sums exact in a float
+MAX_BID = 1_000_000  # a bid, floor or fixed bid above this is a buyer's (or a typist's) mistake
 
 
 class DistributionEndpoint(Model):
@@ -441,10 +442,13 @@ class DistributionEndpoint(Model):
     delivery_limits: list[DeliveryLimit] = []
     delivery_schedule: DeliverySchedule | None = None
     conditions: RuleSet | None = None
+    bid: int | float | None = None  # in an auction: what this buyer pays, when its endpoint is not pinged
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():
             invalid("deliveryEndpointId", "must not be empty")
+        if self.bid is not None and not 0 <= self.bid <= MAX_BID:
+            invalid("bid", f"must be between 0 and {MAX_BID:,}")
         if not 0 < self.weight <= MAX_WEIGHT:
             invalid("weight", f"must be greater than 0 and at most {MAX_WEIGHT:,}")
         if any(limit.action != "queue" for limit in self.delivery_limits):
@@ -453,15 +457,65 @@ class DistributionEndpoint(Model):
             invalid("deliverySchedule", "a buyer's own schedule can only queue (the lead moves on to the next buyer)")
 
 
+class AuctionMargin(Model):
+    """What the agency keeps of a winning bid when it offers a pinging supplier a payout: a
+    fixed amount, a percentage of the bid (20 = 20 %), or both (the percentage first)."""
+
+    amount: int | float | None = None
+    percent: int | float | None = None
+
+    def __post_init__(self) -> None:
+        if self.amount is not None and not 0 <= self.amount <= MAX_BID:
+            invalid("amount", f"must be between 0 and {MAX_BID:,}")
+        if self.percent is not None and not 0 <= self.percent <= 100:
+            invalid("percent", "must be between 0 and 100")
+
+
+class Auction(Model):
+    """How a campaign sells at auction: `exclusive` to the highest bid, `shared` to the top
+    `maxWinners`; bids under `floor` lose; a standing bid is good for `bidTtlSeconds`; with no
+    bid, `noBid` fails the lead (repostable) or queues it for another round."""
+
+    mode: Literal["exclusive", "shared"] = "exclusive"
+    max_winners: int = 3
+    floor: int | float = 0
+    currency: str = "USD"
+    timeout_ms: int | None = None  # the whole ping round; None: the largest buyer's ping timeout
+    bid_ttl_seconds: int = 60
+    no_bid: Literal["fail", "queue"] = "fail"
+    margin: AuctionMargin | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_winners <= 10:
+            invalid("maxWinners", "must be between 1 and 10")
+        if not 0 <= self.floor <= MAX_BID:
+            invalid("floor", f"must be between 0 and {MAX_BID:,}")
+        if not re.fullmatch(r"[A-Z]{3}", self.currency):
+            invalid("currency", "must be a three-letter ISO 4217 code such as USD")
+        if self.timeout_ms is not None and not MIN_PING_MS <= self.timeout_ms <= MAX_PING_MS:
+            invalid("timeoutMs", f"must be between {MIN_PING_MS} and {MAX_PING_MS}")
+        if not 1 <= self.bid_ttl_seconds <= 86_400:
+            invalid("bidTtlSeconds", "must be between 1 and 86400")
+
+
+MIN_PING_MS, MAX_PING_MS = 50, 10_000
+
+
 class Distribution(Model):
     """How a lead picks among several buyers: `priority` tries the lowest priority first;
     `round_robin` and `weighted` rotate the first choice. After a `failure` or `duplicate`
-    answer (or retries exhausted on errors) the lead goes on down the list (the waterfall)."""
+    answer (or retries exhausted on errors) the lead goes on down the list (the waterfall).
+    `auction` pings the buyers and sells to the highest bids (`auction` says how)."""
 
-    method: Literal["priority", "round_robin", "weighted"] = "priority"
+    method: Literal["priority", "round_robin", "weighted", "auction"] = "priority"
     endpoints: list[DistributionEndpoint] = []
+    auction: Auction | None = None
 
     def __post_init__(self) -> None:
+        if self.auction is not None and self.method != "auction":
+            invalid("auction", "only with method auction")
+        if self.method == "auction" and self.auction is None:
+            self.auction = Auction()
         if not any(entry.active for entry in self.endpoints):
             invalid("endpoints", "must name at least one active delivery endpoint")
         seen: set[str] = set()
@@ -469,6 +523,11 @@ class Distribution(Model):
             if entry.delivery_endpoint_id in seen:
                 invalid("endpoints", f"names {entry.delivery_endpoint_id!r} twice")
             seen.add(entry.delivery_endpoint_id)
+
+
+def sells_at_auction(campaign: Campaign) -> bool:
+    distribution = campaign.delivery.distribution
+    return distribution is not None and distribution.method == "auction"
 
 
 class Delivery(Model):

@@ -285,7 +285,7 @@ def _body_regex(pattern: str) -> re.Pattern[str] | None:
         return None
 
 
-def _matches(matcher: ResponseMatcher | None, status: int, document: Any, text: str) -> bool:
+def response_matches(matcher: ResponseMatcher | None, status: int, document: Any, text: str) -> bool:
     if matcher is None:
         return False
     given = False
@@ -337,7 +337,7 @@ def parse_json(body: bytes) -> Any:
         return MISSING
 
 
-def _short(value: Any, limit: int) -> str | None:
+def short_text(value: Any, limit: int) -> str | None:
     if value is MISSING or value is None:
         return None
     text = _scalar_text(value)
@@ -377,14 +377,14 @@ def interpret(rules: ResponseRules, status_code: int, body: bytes, content_type:
     document = parse_json(body)
     text = body_text(body, content_type)
     for outcome, matcher in (("duplicate", rules.duplicate), ("failure", rules.failure), ("success", rules.success)):
-        if _matches(matcher, status_code, document, text):
+        if response_matches(matcher, status_code, document, text):
             reason = f"HTTP {status_code}: {outcome} rule matched"
             break
     else:
         outcome, reason = _default_outcome(status_code)
-    client_lead_id = _short(json_path(document, rules.client_lead_id_path), MAX_FIELD_CHARS) \
+    client_lead_id = short_text(json_path(document, rules.client_lead_id_path), MAX_FIELD_CHARS) \
         if rules.client_lead_id_path else None
-    message = _short(json_path(document, rules.message_path), MAX_MESSAGE_CHARS) if rules.message_path else None
+    message = short_text(json_path(document, rules.message_path), MAX_MESSAGE_CHARS) if rules.message_path else None
     return DeliveryResult(
         outcome=outcome,  # type: ignore[arg-type]
         reason=reason,

@@ -86,6 +86,52 @@ class ResponseRules(Model):
     message_path: str | None = None
 
 
+class PingResponseRules(Model):
+    """How a ping's answer is read: `accepted` says it is a bid (default: a 2xx with a number at
+    `bidPath`); `bidPath` finds the bid, `pingTokenPath` the token the post carries back."""
+
+    accepted: ResponseMatcher | None = None
+    bid_path: str | None = None
+    ping_token_path: str | None = None
+    message_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.bid_path or "").strip():
+            invalid("bidPath", "required: the JSON path of the bid in the buyer's answer")
+
+
+class EndpointPing(Model):
+    """The request that asks a buyer for a bid before the lead is posted (an auction). It sends
+    the endpoint's own auth and sealed headers; its own headers and URL carry no credential."""
+
+    url: str
+    method: Literal["POST", "GET"] = "POST"
+    body_format: Literal["json", "form", "xml"] = "json"
+    headers: dict[str, str] = {}
+    field_mapping: list[FieldMapping] = []
+    timeout_ms: int = 1000
+    response_rules: PingResponseRules | None = None
+
+    def __post_init__(self) -> None:
+        check_http_url("url", self.url)
+        parts = urlsplit(self.url)
+        if "@" in parts.netloc or any(looks_like_credential(unquote_plus(pair.partition("=")[0]))
+                                      for pair in parts.query.split("&") if pair):
+            invalid("url", "must carry no credential: the ping sends the endpoint's auth and sealed headers")
+        for name, value in self.headers.items():
+            if not _HEADER_NAME.match(name):
+                invalid("headers", "header names must be HTTP tokens")
+            if "\r" in value or "\n" in value:
+                invalid("headers", "header values must not contain line breaks")
+            if looks_like_credential(name):
+                invalid("headers", f"{name} looks like a credential: put it in the endpoint's headers or auth,"
+                                   " which the ping sends too")
+        if not 50 <= self.timeout_ms <= 10_000:
+            invalid("timeoutMs", "must be between 50 and 10000")
+        if self.response_rules is None:
+            invalid("responseRules.bidPath", "required: the JSON path of the bid in the buyer's answer")
+
+
 DEFAULT_BACKOFF_SECONDS: tuple[int, ...] = (10, 60, 300, 1800, 7200)  # deliveries' and webhooks'
 
 
@@ -137,6 +183,7 @@ class DeliveryEndpoint(Model):
     # Days after a delivery during which the buyer may return the lead (POST .../return); 0: none.
     return_window_days: int = 30
     health_policy: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
+    ping: EndpointPing | None = None  # asked for a bid first when the campaign sells at auction
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():

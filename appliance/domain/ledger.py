@@ -5,7 +5,7 @@ campaign that holds it. Each fires when the lead reaches the milestone's `leadSt
 inside its validity window and when its conditions match, at most once per submission: every
 line carries its milestone's identity, and storage keeps one line per (milestone, submission).
 A delivery adapter's `price`, when it returns one, is the revenue of that delivery instead of
-the milestone amounts."""
+the milestone amounts; so is a won auction bid (`sale`), one entry per buyer sold to."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def source_of(campaigns: Mapping[str, Campaign], campaign_id: str | None,
 
 def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: IngestionSource | None,
               source_id: str | None, facts: Mapping[str, Any], value_sets: Mapping, now: datetime,
-              price: float | None = None, endpoint_id: str | None = None) -> list[LedgerLine]:
+              price: float | None = None, endpoint_id: str | None = None,
+              sale: tuple[float, str] | None = None) -> list[LedgerLine]:
     """The entries a lead earns on reaching `statuses` (a status, plus `lead_ingested` at intake);
     `endpoint_id`: the endpoint the lead went to, else the campaign's."""
     campaign_id = campaign.campaign_id if campaign is not None else None
@@ -69,7 +70,12 @@ def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: I
                   for i, m in due(source.cost_milestones)]
     if campaign is not None:
         revenue = due(campaign.delivery.revenue_milestones)
-        if price is not None and "delivered" in statuses:
+        if sale is not None and "delivered" in statuses:
+            amount, currency = sale  # a shared lead is several sales: one entry per buyer
+            revenue_lines = [LedgerLine("revenue", f"revenue:{campaign_id}:sale:{endpoint_id}", "delivered",
+                                        float(amount), currency, campaign_id, client_id, source_id, endpoint_id)]
+            revenue = [(i, m) for i, m in revenue if m.lead_status != "delivered"]
+        elif price is not None and "delivered" in statuses:
             first = next(((i, m) for i, m in revenue if m.lead_status == "delivered"), None)
             key = f"revenue:{campaign_id}:{first[0]}" if first else f"revenue:{campaign_id}:price"
             currency = first[1].currency if first else next(

@@ -108,7 +108,7 @@ class DeliveryWorker:
                 load_attempts(self.runtime, self.settings, [job])[job.job_id]
             if job.kind == "evaluate":
                 await evaluate_later(self.runtime, self.registry, self._write, job, attempt, http)
-            elif (sending := await self.deliveries.prepare(job, attempt)) is not None:
+            elif (sending := await self.deliveries.prepare(job, attempt, http)) is not None:
                 await self._ask_buyer(sending, http)
         except asyncio.CancelledError:
             raise

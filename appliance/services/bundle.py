@@ -68,15 +68,19 @@ def load_bundle(
     known_campaigns: frozenset[str] = frozenset(),
     known_questionnaires: frozenset[str] | None = None,
     known_suppression_lists: frozenset[str] | None = None,
+    known_pinging_endpoints: frozenset[str] = frozenset(),
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
     With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
-    carries questionnaires."""
+    carries questionnaires. `known_pinging_endpoints`: stored endpoints that have a `ping` (an
+    endpoint in the bundle counts as the bundle has it)."""
     bundle = _decode(_parse(raw, fmt))
     problems = _cross_check(
         bundle,
         value_sets=known_value_sets | {v.value_set_id for v in bundle.value_sets},
         endpoints=known_endpoints | {e.delivery_endpoint_id for e in bundle.delivery_endpoints},
+        pinging=(known_pinging_endpoints - {e.delivery_endpoint_id for e in bundle.delivery_endpoints})
+        | {e.delivery_endpoint_id for e in bundle.delivery_endpoints if e.ping is not None},
         campaigns=known_campaigns | {c.campaign_id for c in bundle.campaigns},
         questionnaires=(
             None if known_questionnaires is None and not bundle.questionnaires
@@ -268,6 +272,7 @@ def _cross_check(
     *,
     value_sets: frozenset[str],
     endpoints: frozenset[str],
+    pinging: frozenset[str],
     campaigns: frozenset[str],
     questionnaires: frozenset[str] | None,
 ) -> list[str]:
@@ -303,6 +308,10 @@ def _cross_check(
             if entry.delivery_endpoint_id not in endpoints:
                 problems.append(f"{path}.delivery.distribution.endpoints[{e}].deliveryEndpointId:"
                                 " unknown delivery endpoint")
+            elif distribution.method == "auction" and entry.bid is None \
+                    and entry.delivery_endpoint_id not in pinging:
+                problems.append(f"{path}.delivery.distribution.endpoints[{e}].bid: required in an auction when"
+                                " the delivery endpoint has no ping")
         problems += [
             f"{where}: unknown campaign"
             for where, code in _campaign_references(path, c)

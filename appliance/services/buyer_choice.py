@@ -9,14 +9,16 @@ decided in domain/distribution.py, what a campaign's limits say in domain/constr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import timedelta
 
 import msgspec
 
 from appliance.clock import Clock, iso
-from appliance.domain.campaign import Campaign, Distribution
+from appliance.domain.auction import AuctionRecord, Bid, expired, ranked, standing, summary
+from appliance.domain.campaign import Auction, Campaign, Distribution, DistributionEndpoint
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked
 from appliance.domain.delivery_target import endpoint_override
-from appliance.domain.distribution import endpoint_gate, full, rotate, rotates, untried
+from appliance.domain.distribution import EndpointGate, endpoint_gate, full, rotate, rotates, untried, waterfall
 from appliance.domain.lead import JourneyError
 from appliance.domain.pipeline import event, snapshot
 from appliance.domain.submission import facts_of
@@ -24,6 +26,9 @@ from appliance.services.delivery_attempt import Attempt, settle
 from appliance.storage import Session
 
 STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
+AUCTION = object()  # the buyer comes from an auction: a new round, or the last round's next standing bid
+NO_BID_AGAIN_SECONDS = 300  # noBid = "queue": the next round after five minutes
+NO_BID_ROUNDS = 12  # ... and the lead fails after this many rounds without a bid
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,8 @@ def reserve_and_choose(tx: Session, clock: Clock, attempt: Attempt, campaign: Ca
     """In one write transaction: the campaign's slots (`reserve_campaign`, which may move the
     lead to another campaign), then, when that campaign has a distribution, its buyer
     (`choose_endpoint`). The buyer is None when the campaign has no distribution (or a repost
-    named one); STOPPED when the job was queued, parked or ended."""
+    named one); AUCTION when an auction chooses it (`auction_field`, then `sell_at_auction` or
+    `next_standing_bid`); STOPPED when the job was queued, parked or ended."""
     reserved = reserve_campaign(tx, clock, attempt, campaign, candidates, checks) \
         if checks[campaign.campaign_id] != ([], None) else Reserved(campaign, attempt)
     if reserved is None:
@@ -46,6 +52,8 @@ def reserve_and_choose(tx: Session, clock: Clock, attempt: Attempt, campaign: Ca
     distribution = reserved.campaign.delivery.distribution
     if distribution is None or named is not None:
         return reserved, None
+    if distribution.method == "auction" and not _pinned_and_open(tx, attempt.job, distribution):
+        return reserved, AUCTION
     chosen = choose_endpoint(tx, clock, reserved.attempt, reserved.campaign, distribution)
     return reserved, STOPPED if chosen is None else chosen
 
@@ -186,12 +194,182 @@ def move_down_the_waterfall(tx: Session, clock: Clock, attempt: Attempt, target:
     job = attempt.job
     if tx.jobs.job_state(job.job_id) == "cancelled":
         return False  # an operator changed the lead meanwhile: nothing goes on
-    tried = (*job.tried, target) if tried_target else job.tried
-    others = untried(distribution, tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
-                     today=attempt.now.date())
-    if not any(e.delivery_endpoint_id != target for e in others):
+    tried = (*job.tried, target) if tried_target or distribution.method == "auction" else job.tried
+    if distribution.method == "auction":
+        # Exclusive: the next bid still standing (never a new round); shared: each sale is its own.
+        shared = distribution.auction is not None and distribution.auction.mode == "shared"
+        if shared or not standing_bids_left(tx, attempt, tried):
+            return False
+    elif not any(e.delivery_endpoint_id != target for e in untried(
+            distribution, tried, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+            today=attempt.now.date())):
         return False
     now = iso(clock.now())
     tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
                        submission_id=job.submission_id, due_at=now, now=now, tried=tried)
     return True
+
+
+# ---- auctions ----------------------------------------------------------------------------------
+
+def _pinned_and_open(tx: Session, job, distribution: Distribution) -> bool:
+    """Whether the job already goes to a buyer of the distribution that is not paused (a won bid
+    whose post is retried, or taken up again after a restart)."""
+    return job.endpoint_id is not None and not tx.endpoints.is_paused(job.tenant_id, job.endpoint_id) and any(
+        e.delivery_endpoint_id == job.endpoint_id for e in distribution.endpoints)
+
+
+@dataclass(frozen=True)
+class AuctionField:
+    """Who a new round asks: the buyers the lead may go to now, and why each other one is left out."""
+    asked: list[DistributionEndpoint]
+    skipped: list[Bid]
+    blocks: list[Blocked]  # the limits and schedules that left buyers out, for when nobody is left
+    paused: int  # buyers left out because they are paused
+
+
+def auction_field(tx: Session, attempt: Attempt, campaign: Campaign, distribution: Distribution) -> AuctionField:
+    """Read before the round: every active buyer of the distribution whose filter the lead passes,
+    that is not paused and whose own limits and schedule have room now."""
+    tenant_id, now = attempt.job.tenant_id, attempt.now
+    passing = {e.delivery_endpoint_id for e in untried(distribution, (), facts_of(attempt.lead),
+                                                      value_sets=attempt.settings.value_sets, today=now.date())}
+    asked: list[DistributionEndpoint] = []
+    skipped: list[Bid] = []
+    blocks: list[Blocked] = []
+    paused = 0
+    for entry in waterfall(distribution):
+        endpoint_id = entry.delivery_endpoint_id
+        if endpoint_id not in passing:
+            skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="the buyer's filter"))
+            continue
+        if tx.endpoints.is_paused(tenant_id, endpoint_id):
+            paused += 1
+            skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="paused"))
+            continue
+        blocked = full(endpoint_gate(campaign, entry, now),
+                       lambda scope, period: tx.caps.counter_value(tenant_id, scope, period))
+        if blocked is not None:
+            blocks.append(blocked)
+            skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason=blocked.reason))
+            continue
+        asked.append(entry)
+    return AuctionField(asked, skipped, blocks, paused)
+
+
+def nobody_to_ask(tx: Session, clock: Clock, attempt: Attempt, field: AuctionField) -> None:
+    """No buyer can be asked now: the lead waits for the first limit or window to open, or for a
+    paused buyer to resume; with neither, no buyer of the distribution takes it."""
+    job, now = attempt.job, attempt.now
+    tx.jobs.release_reservations(job.tenant_id, job.job_id)
+    if field.blocks:
+        first = min(field.blocks, key=lambda b: b.release_at)
+        tx.jobs.reschedule(job.job_id, iso(first.release_at), iso(now), error=first.reason, keep_attempts=True)
+        settle(tx, clock, attempt, None, "queued", f"{first.reason}; released at {iso(first.release_at)}",
+               job_state=None, event_kind="queued")
+    elif field.paused:
+        park(tx, clock, attempt, None, attempted=False)
+    else:
+        settle(tx, clock, attempt, None, "failed", "no buyer of the auction takes this lead (each one's filter)",
+               job_state="done", event_kind="distribution_exhausted")
+
+
+def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign, distribution: Distribution,
+                    record: AuctionRecord) -> tuple[str | object, AuctionRecord]:
+    """In the write transaction after a round: the round recorded with its winners, the best
+    bids whose buyers still have room (one, or `maxWinners` when shared) and their limits'
+    slots taken. This job posts to the first winner; in shared mode a job of its own posts to
+    each other one. No winner: `noBid` fails the lead or queues it for another round."""
+    auction = distribution.auction or Auction()
+    job = attempt.job
+    count = auction.max_winners if auction.mode == "shared" else 1
+    winners = _take_room(tx, campaign, distribution, attempt, ranked(record.bids), count)
+    record = msgspec.structs.replace(record, winners=[w for w, _ in winners])
+    tx.auctions.record(job.tenant_id, record)
+    said = _round_said(record)
+    details = summary(record)
+    if not winners:
+        tx.jobs.release_reservations(job.tenant_id, job.job_id)
+        reason = f"auction: no bid at or above the floor ({said})"
+        if auction.no_bid == "queue" and job.attempts < NO_BID_ROUNDS:
+            due = iso(attempt.now + timedelta(seconds=NO_BID_AGAIN_SECONDS))
+            tx.jobs.reschedule(job.job_id, due, iso(attempt.now), error="auction: no bid")
+            settle(tx, clock, attempt, None, "queued", f"{reason}; another round at {due}", job_state=None,
+                   event_kind="auction", details=details)
+        else:
+            if auction.no_bid == "queue":
+                reason += f"; {NO_BID_ROUNDS} rounds without a bid"
+            settle(tx, clock, attempt, None, "failed", reason, job_state="done", event_kind="auction",
+                   details=details)
+        return STOPPED, record
+    settle(tx, clock, attempt, None, None, f"auction: sold to {', '.join(record.winners)} ({said})",
+           job_state=None, event_kind="auction", details=details)
+    (first, first_gate), *others = winners
+    _hold(tx, job.tenant_id, job.job_id, first_gate)
+    tx.jobs.choose_endpoint(job.job_id, first)
+    now = iso(clock.now())
+    for endpoint_id, gate in others:
+        other = tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+                                   submission_id=job.submission_id, due_at=now, now=now, endpoint_id=endpoint_id)
+        _hold(tx, job.tenant_id, other, gate)
+    return first, record
+
+
+def next_standing_bid(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign,
+                      distribution: Distribution) -> str | object:
+    """In the write transaction, after a winner refused the lead (or its bid expired): the
+    next bid of the same round still standing whose buyer has room, never a new round."""
+    job = attempt.job
+    record = tx.auctions.latest_of_submission(job.tenant_id, job.submission_id)
+    tried = (*job.tried, *((job.endpoint_id,) if job.endpoint_id else ()))
+    bids = standing(record, tried, attempt.now) if record is not None else []
+    chosen = _take_room(tx, campaign, distribution, attempt, bids, 1)
+    if not chosen:
+        tx.jobs.release_reservations(job.tenant_id, job.job_id)
+        why = "the bids expired" if record is not None and expired(record, attempt.now) else "none is left"
+        settle(tx, clock, attempt, None, "failed", f"no standing bid of the auction to sell to ({why}; tried: "
+               f"{', '.join(tried) or 'none'})", job_state="done", event_kind="distribution_exhausted")
+        return STOPPED
+    (endpoint_id, gate), = chosen
+    _hold(tx, job.tenant_id, job.job_id, gate)
+    tx.jobs.choose_endpoint(job.job_id, endpoint_id)
+    return endpoint_id
+
+
+def standing_bids_left(tx: Session, attempt: Attempt, tried: tuple[str, ...]) -> bool:
+    """Whether the submission's last round has a bid standing for a buyer not tried yet."""
+    record = tx.auctions.latest_of_submission(attempt.job.tenant_id, attempt.job.submission_id)
+    return record is not None and bool(standing(record, tried, attempt.now))
+
+
+def _take_room(tx: Session, campaign: Campaign, distribution: Distribution, attempt: Attempt,
+               bids: list[Bid], count: int) -> list[tuple[str, EndpointGate]]:
+    """The first `count` bidders, best first, that are still in the distribution, not paused and
+    with room under their own limits and schedule (read again in this transaction)."""
+    tenant_id = attempt.job.tenant_id
+    entries = {e.delivery_endpoint_id: e for e in distribution.endpoints if e.active}
+    taken: list[tuple[str, EndpointGate]] = []
+    for bid in bids:
+        entry = entries.get(bid.delivery_endpoint_id)
+        if entry is None or tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
+            continue
+        gate = endpoint_gate(campaign, entry, attempt.now)
+        if full(gate, lambda scope, period: tx.caps.counter_value(tenant_id, scope, period)) is not None:
+            continue
+        taken.append((entry.delivery_endpoint_id, gate))
+        if len(taken) == count:
+            break
+    return taken
+
+
+def _hold(tx: Session, tenant_id: str, job_id: int, gate: EndpointGate) -> None:
+    """The endpoint's limit slots taken and held on the job until its outcome."""
+    for check in gate.limits:
+        tx.caps.add_to_counter(tenant_id, check.scope, check.period_start)
+    if gate.limits:
+        tx.jobs.hold_reservations(job_id, [(c.scope, c.period_start) for c in gate.limits])
+
+
+def _round_said(record: AuctionRecord) -> str:
+    bids = [b for b in record.bids if b.outcome == "bid"]
+    return f"{len(bids)} of {len(record.bids)} bid in {record.duration_ms} ms"

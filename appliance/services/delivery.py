@@ -8,38 +8,36 @@ retry; `error` retries on the endpoint's backoff, then fails."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import NamedTuple
-from urllib.parse import unquote
+
+import httpx
 
 from appliance.adapters.outbound import Scrubber
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
-from appliance.domain.campaign import Campaign
+from appliance.domain.auction import AuctionRecord, expired, sale_of
+from appliance.domain.campaign import Auction, Campaign, sells_at_auction
 from appliance.domain.constraints import campaigns_in_reach, limit_checks, schedule_blocked
 from appliance.domain.delivery_target import endpoint_override
-from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, sealed_fields
+from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.lead import JourneyError
 from appliance.domain.rules import qualify
-from appliance.domain.secret_refs import endpoint_secret_ref
 from appliance.domain.submission import facts_of
 from appliance.domain.suppression import lead_hashes
+from appliance.ids import new_id
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult
-from appliance.services.buyer_choice import STOPPED, Reserved, park, reserve_and_choose
+from appliance.services.auction import Bidder, hold_round
+from appliance.services.buyer_choice import (
+    AUCTION, STOPPED, Reserved, auction_field, next_standing_bid, nobody_to_ask, park, reserve_and_choose,
+    sell_at_auction,
+)
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.delivery_outcome import log_recorded, record_answer
-from appliance.storage import DELIVERY_ENDPOINTS, Job, Session
-
-
-@dataclass(frozen=True)
-class OpenedEndpoint:
-    """A stored endpoint with its credentials filled in from the secret store, ready to send."""
-    endpoint: DeliveryEndpoint
-    secrets: dict[str, str]  # opened credentials by field (the adapter's `request.secrets`)
-    scrubber: Scrubber  # masks those credentials in whatever the buyer answers
-    missing: list[str]  # credential fields the endpoint needs and the store does not have
+from appliance.services.opened_endpoints import OpenedEndpoints
+from appliance.storage import Job, Session
 
 
 class Sending(NamedTuple):
@@ -63,9 +61,9 @@ class Deliveries:
         self.runtime = runtime
         self.registry = registry
         self.write = write
-        self._endpoints: dict[tuple[str, int, str], OpenedEndpoint | None] = {}
+        self.endpoints = OpenedEndpoints(runtime)
 
-    async def prepare(self, job: Job, attempt: Attempt | None) -> Sending | None:
+    async def prepare(self, job: Job, attempt: Attempt | None, http: httpx.AsyncClient) -> Sending | None:
         """The attempt ready for its buyer; None when it goes nowhere this time (ended, held for
         an approval, queued until a window opens or a limit resets, or parked for a paused buyer)."""
         clock = self.runtime.clock
@@ -105,10 +103,23 @@ class Deliveries:
         if reserved is None or chosen is STOPPED:
             return None
         attempt = reserved.attempt
+        record: AuctionRecord | None = None
+        if chosen is AUCTION:
+            chosen, record = await self._auction(attempt, reserved.campaign, http)
+            if chosen is STOPPED:
+                return None
         target = chosen if isinstance(chosen, str) else await self._campaign_endpoint(attempt, reserved.campaign, named)
         if not isinstance(target, str | None):  # STOPPED: the job waits for its paused endpoint
             return None
-        opened = self._endpoint(attempt, target)
+        expired_bid = None
+        if target is not None and sells_at_auction(reserved.campaign):
+            if record is None:  # a won bid's post retried or resumed: its round as recorded
+                record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
+            attempt = replace(attempt, sale=sale_of(record, target))
+            if record is not None and expired(record, attempt.now):
+                expired_bid = DeliveryResult(outcome="failure", reason=f"the bid of {target} expired (bids stand "
+                                                                       f"{record.bid_ttl_seconds} s); not posted")
+        opened = self.endpoints.get(attempt.job.tenant_id, attempt.settings.rev, target)
         endpoint = opened.endpoint if opened is not None else None
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
         if opened is None or endpoint is None:
@@ -118,9 +129,14 @@ class Deliveries:
                                                               + ", ".join(opened.missing))
         elif adapter is None:
             answer = DeliveryResult(outcome="error", reason=f"no delivery adapter named {endpoint.adapter!r}")
+        elif expired_bid is not None:
+            answer = expired_bid
         else:
+            lead = facts_of(attempt.lead)
+            if attempt.sale is not None:
+                lead = {**lead, "auction": attempt.sale.fields()}
             request = DeliveryRequest(
-                lead=facts_of(attempt.lead), submission_id=attempt.submission.submission_id, attempt=job.attempts,
+                lead=lead, submission_id=attempt.submission.submission_id, attempt=job.attempts,
                 endpoint=endpoint, secrets=opened.secrets,
                 settings=self.registry.adapter_settings("delivery", endpoint.adapter),
                 allow_private_addresses=self.runtime.config.delivery.allow_private_addresses, now=attempt.now)
@@ -178,6 +194,35 @@ class Deliveries:
                          today=attempt.now.date(), prompt_evaluator=self.registry.prompt_evaluator())
         return None if result.passed else (result.reason or "a delivery rule failed")
 
+    # ---- the buyer from an auction ---------------------------------------------------------------
+
+    async def _auction(self, attempt: Attempt, campaign: Campaign,
+                       http: httpx.AsyncClient) -> tuple[str | object, AuctionRecord | None]:
+        """A new round for the lead's first try; after a winner refused it (or its buyer was
+        paused), the same round's next standing bid. The buyer, or STOPPED; and the round."""
+        job, clock = attempt.job, self.runtime.clock
+        distribution = campaign.delivery.distribution
+        assert distribution is not None
+        if job.tried or job.endpoint_id:
+            chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
+            return chosen, None
+        field = auction_field(self.runtime.store.reader(), attempt, campaign, distribution)
+        if not field.asked:
+            await self.write(job, lambda tx: nobody_to_ask(tx, clock, attempt, field))
+            return STOPPED, None
+        tenant_id, rev = job.tenant_id, attempt.settings.rev
+        bidders = []
+        for entry in field.asked:
+            opened = self.endpoints.get(tenant_id, rev, entry.delivery_endpoint_id)
+            adapter = self.registry.delivery_adapter(opened.endpoint.adapter) if opened is not None else None
+            bidders.append(Bidder(entry, opened, adapter))
+        record = await hold_round(
+            auction_id=new_id("auc"), auction=distribution.auction or Auction(), bidders=bidders,
+            skipped=field.skipped, facts=facts_of(attempt.lead), registry=self.registry, http=http, clock=clock,
+            allow_private_addresses=self.runtime.config.delivery.allow_private_addresses,
+            submission_id=job.submission_id, lead_id=job.lead_id)
+        return await self.write(job, lambda tx: sell_at_auction(tx, clock, attempt, campaign, distribution, record))
+
     # ---- the buyer of a campaign without a distribution ----------------------------------------
 
     async def _campaign_endpoint(self, attempt: Attempt, campaign: Campaign, named: str | None) -> str | None | object:
@@ -195,36 +240,3 @@ class Deliveries:
         if attempt.paused is not None:
             return endpoint_id in attempt.paused
         return self.runtime.store.reader().endpoints.is_paused(attempt.job.tenant_id, endpoint_id)
-
-    # ---- the buyer's endpoint, opened ------------------------------------------------------------
-
-    def _endpoint(self, attempt: Attempt, endpoint_id: str | None) -> OpenedEndpoint | None:
-        if not endpoint_id:
-            return None
-        # Endpoints and their opened secrets change only with the tenant's config revision.
-        key = (attempt.job.tenant_id, attempt.settings.rev, endpoint_id)
-        if key in self._endpoints:
-            found = self._endpoints[key]
-        else:
-            found = self._endpoints[key] = self._open_endpoint(attempt.job.tenant_id, endpoint_id)
-            if len(self._endpoints) > 1024:
-                self._endpoints.pop(next(iter(self._endpoints)))
-        return found
-
-    def _open_endpoint(self, tenant_id: str, endpoint_id: str) -> OpenedEndpoint | None:
-        tx = self.runtime.store.reader()
-        stored = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id)
-        if stored is None:
-            return None
-        opened: dict[str, str] = {}
-        for field in sealed_fields(stored):
-            ref = endpoint_secret_ref(endpoint_id, field)
-            blob = tx.secrets.get(tenant_id, ref)
-            if blob is not None:
-                opened[field] = self.runtime.box.open_bytes(blob, f"{tenant_id}/{ref}")
-        endpoint, missing = fill_credentials(stored, opened)
-        # URL parts are stored as written (percent-encoded): a peer may echo them decoded.
-        known = [*opened.values(), *(unquote(v) for f, v in opened.items() if f.startswith("url."))]
-        username = stored.auth.username if stored.auth is not None else None
-        pairs = [(username, opened.get("auth.password"))]
-        return OpenedEndpoint(endpoint, opened, Scrubber(known, pairs), missing)

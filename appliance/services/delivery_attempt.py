@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 import msgspec
 
 from appliance.clock import Clock, iso
+from appliance.domain.auction import Sale
 from appliance.domain.lead import JourneyError, LeadRecord, Submission
 from appliance.domain.pipeline import event
 from appliance.runtime import Runtime
@@ -63,6 +64,7 @@ class Attempt:
     # The tenant's paused endpoints as read with the attempt (a few ms before the buyer is
     # chosen; None: read when chosen, as after a write unit that waited its turn).
     paused: frozenset[str] | None = None
+    sale: Sale | None = None  # the won bid this attempt posts (an auction): its revenue and token
 
 
 def load_attempts(runtime: Runtime, settings: SettingsCache, jobs: list[Job]) -> dict[int, Attempt | None]:
@@ -127,9 +129,10 @@ def settle(tx: Session, clock: Clock, attempt: Attempt, outcome: tuple | None, s
     if status is None:
         return
     price = outcome[2].price if outcome is not None and status == "delivered" else None
+    sale = (attempt.sale.bid, attempt.sale.currency) if attempt.sale is not None else None
     earn(tx, attempt.settings, tenant_id, attempt.lead, submission.submission_id, (status,), now_dt,
          campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price,
-         endpoint_id=endpoint_id)
+         endpoint_id=endpoint_id, sale=sale)
     stored = attempt.loaded.lead_in(tx, tenant_id)
     if stored is None or stored.submission_count != submission.submission_number:
         return  # a newer submission owns the lead's status

@@ -77,9 +77,20 @@ def record_answer(tx: Session, clock: Clock, attempt: Attempt, result: DeliveryR
         settle(tx, clock, attempt, outcome, None, f"{reason}; the lead goes on to the next endpoint",
                job_state="done", event_kind=f"delivery_{result.outcome}", details=details, error=crash)
         return Recorded(paused_reason, next_endpoint=True)
-    settle(tx, clock, attempt, outcome, "failed", reason, job_state="dead" if result.outcome == "error" else "done",
+    status = None if _another_sale_stands(tx, attempt) else "failed"
+    settle(tx, clock, attempt, outcome, status, reason, job_state="dead" if result.outcome == "error" else "done",
            event_kind=f"delivery_{result.outcome}", details=details, error=crash)
     return Recorded(paused_reason)
+
+
+def _another_sale_stands(tx: Session, attempt: Attempt) -> bool:
+    """A lead sold at a shared auction is several sales: one that fails leaves the lead as the
+    others make it (delivered when one was, else waiting for those still under way)."""
+    if attempt.sale is None:
+        return False
+    submission = attempt.loaded.submission_in(tx, attempt.job.tenant_id) or attempt.submission
+    return submission.status == "delivered" or tx.jobs.has_other_open_job(
+        attempt.job.submission_id, attempt.job.job_id, "deliver")
 
 
 def _buyer_health(tx: Session, attempt: Attempt, target: str, endpoint: DeliveryEndpoint | None,

@@ -134,6 +134,9 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_endpoints=frozenset(reader.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)),
         known_campaigns=frozenset(reader.catalog.campaign_ids(tenant_id)),
         known_suppression_lists=frozenset(reader.suppression.list_ids(tenant_id)),
+        known_pinging_endpoints=frozenset(e.delivery_endpoint_id for e in
+                                          reader.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
+                                          if e.ping is not None),
     )
     unsendable = _unsendable_urls(bundle) + [
         problem for i, w in enumerate(bundle.webhooks)
@@ -203,6 +206,8 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
 def _unsendable_urls(bundle: TenantBundle) -> list[str]:
     """URLs the outbound clients would refuse on every attempt, whatever the configuration."""
     urls = [(f"deliveryEndpoints[{i}].url", e.url) for i, e in enumerate(bundle.delivery_endpoints)]
+    urls += [(f"deliveryEndpoints[{i}].ping.url", e.ping.url) for i, e in enumerate(bundle.delivery_endpoints)
+             if e.ping is not None]
     if bundle.sms is not None:
         urls += [(f"sms.providers[{i}].baseUrl", p.base_url) for i, p in enumerate(bundle.sms.providers)]
     problems = []

@@ -36,12 +36,13 @@ class Jobs:
         self._conn = conn
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
-                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = ()) -> int:
+                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = (),
+                   endpoint_id: str | None = None) -> int:
         self._conn.execute(
-            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried,"
+            " endpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
-             msgspec.json.encode(tried) if tried else None),
+             msgspec.json.encode(tried) if tried else None, endpoint_id),
         )
         return self._conn.last_insert_rowid()
 
@@ -70,6 +71,14 @@ class Jobs:
             "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND state IN ('ready', 'held', 'paused', 'running')"
             " LIMIT 1",
             (submission_id, kind),
+        ).fetchone() is not None
+
+    def has_other_open_job(self, submission_id: str, job_id: int, kind: str) -> bool:
+        """Whether another job of `kind` for the submission waits or runs (a shared sale's others)."""
+        return self._conn.execute(
+            "SELECT 1 FROM jobs WHERE submission_id = ? AND kind = ? AND job_id <> ?"
+            " AND state IN ('ready', 'held', 'paused', 'running') LIMIT 1",
+            (submission_id, kind, job_id),
         ).fetchone() is not None
 
     def jobs_of(self, submission_id: str) -> list[tuple[str, str, str]]:

@@ -576,3 +576,22 @@ def m013_console_sessions(conn: apsw.Connection) -> None:
         CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
         """
     )
+
+
+@migration
+def m014_auctions(conn: apsw.Connection) -> None:
+    # One ping round of an auction campaign (storage/auctions.py); the record is its JSON.
+    conn.execute(
+        """
+        CREATE TABLE auctions (
+            auction_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            lead_id TEXT,           -- NULL for a supplier's ping until the lead is posted
+            submission_id TEXT,
+            started_at TEXT NOT NULL,
+            record BLOB NOT NULL
+        );
+        CREATE INDEX auctions_by_lead ON auctions(tenant_id, lead_id, auction_id);
+        CREATE INDEX auctions_by_submission ON auctions(submission_id, auction_id);
+        """
+    )

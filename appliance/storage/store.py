@@ -3,7 +3,8 @@
 A `Store` runs units of work and hands out read sessions; a `Session` is one connection's set
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
-`tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`).
+`tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`,
+`tx.auctions`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -27,6 +28,7 @@ from typing import TypeVar
 import apsw
 
 from appliance.storage.activity import Activity
+from appliance.storage.auctions import Auctions
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import Catalog
 from appliance.storage.change_signal import ChangeSignal
@@ -51,7 +53,7 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger",
+    __slots__ = ("_conn", "activity", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger",
                  "messages", "reports", "secrets", "suppression", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -72,6 +74,7 @@ class Session:
         self.endpoints = Endpoints(conn)
         self.imports = Imports(conn)
         self.console_sessions = ConsoleSessions(conn)
+        self.auctions = Auctions(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()

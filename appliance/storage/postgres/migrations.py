@@ -471,6 +471,19 @@ CREATE INDEX console_sessions_by_key ON console_sessions(key_id);
 CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
 """)
 
+_migration("m014_auctions", """
+CREATE TABLE auctions (
+    auction_id text PRIMARY KEY,
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    lead_id text,
+    submission_id text,
+    started_at text NOT NULL,
+    record bytea NOT NULL
+);
+CREATE INDEX auctions_by_lead ON auctions(tenant_id, lead_id, auction_id);
+CREATE INDEX auctions_by_submission ON auctions(submission_id, auction_id);
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """

@@ -166,12 +166,13 @@ class PgJobs(Jobs):
         self._leases = leases
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
-                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = ()) -> int:
+                   due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = (),
+                   endpoint_id: str | None = None) -> int:
         (job_id,) = self._conn.execute(
-            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING job_id",
+            "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried,"
+            " endpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING job_id",
             (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
-             msgspec.json.encode(tried).decode() if tried else None),
+             msgspec.json.encode(tried).decode() if tried else None, endpoint_id),
         ).fetchone()
         return job_id
 

@@ -14,6 +14,7 @@ from appliance.storage.activity import Activity
 from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.files import Files
+from appliance.storage.auctions import Auctions
 from appliance.storage.messages import Messages
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.dump import dump
@@ -66,6 +67,7 @@ class PgSession(Session):
         self.endpoints = PgEndpoints(conn)
         self.imports = PgImports(conn)
         self.console_sessions = ConsoleSessions(conn)
+        self.auctions = Auctions(conn)
 
 
 class PgStore(Store):
