@@ -15,8 +15,8 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
 from appliance.api import (
-    activity, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pixels, reports,
-    sms, submissions, suppression, webhooks,
+    activity, auctions, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pixels,
+    reports, sms, submissions, suppression, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY, nul_in_url
@@ -160,7 +160,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
-                        *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES,
+                        *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES, *auctions.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled), console.router()],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

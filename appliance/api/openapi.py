@@ -111,6 +111,8 @@ TAGS = [
         "them next: approve or reject, return, send again."),
     Tag(name="Submissions", description="Each pass of a lead through intake, with its qualification, routing "
         "and delivery, and the outcomes other systems record on it."),
+    Tag(name="Auctions", description="Leads sold by ping-post: each round's bids, their outcomes and the "
+        "buyers that won."),
     Tag(name="Imports", description="CSV files of leads imported into a campaign in the background."),
     Tag(name="Files", description="References to a lead's documents (agreements, licences) kept elsewhere."),
     Tag(name="SMS", description="Text messages sent to leads, and their conversations."),

@@ -15,7 +15,7 @@ import msgspec
 from appliance.clock import iso
 from appliance.domain.report import ReportSummary
 from appliance.runtime import Runtime
-from appliance.services import endpoints, reports, sms, webhooks
+from appliance.services import endpoints, lead_auctions, reports, sms, webhooks
 from appliance.services.endpoints import EndpointItem
 from appliance.storage import ConsoleSessionRecord, KeyRecord, LeadFilter, LedgerFilter, Session
 
@@ -136,6 +136,7 @@ class LeadView:
     files: list[dict[str, Any]]
     messages: list[Any]
     ledger: list[dict[str, Any]]
+    auctions: list[Any]  # its auction rounds, newest first (services/lead_auctions.LeadAuction)
 
 
 def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None:
@@ -148,11 +149,12 @@ def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None
         submissions = [msgspec.json.decode(d) for d in tx.leads.submission_docs_of(tenant_id, lead_id)]
         files = [msgspec.json.decode(d) for d in tx.files.docs_of(tenant_id, lead_id)]
         ledger = tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id), 200)
+        auctions = [lead_auctions.shown(record) for record in tx.auctions.of_lead(tenant_id, lead_id, None, 50)]
     attempts = [DeliveryAttempt(e.get("timestamp"), e["type"], (e.get("details") or {}).get("deliveryEndpointId"),
                                 (e.get("details") or {}).get("statusCode"), e.get("reason"))
                 for s in submissions for e in s.get("journeyEvents", ()) if e.get("type") in _DELIVERY_EVENTS]
     messages = sms.lead_messages(runtime, tenant_id, lead_id, None, 100).items
-    return LeadView(msgspec.json.decode(doc), submissions, attempts, files, messages, ledger)
+    return LeadView(msgspec.json.decode(doc), submissions, attempts, files, messages, ledger, auctions)
 
 
 # ---- webhooks ------------------------------------------------------------------------------------
