@@ -15,8 +15,8 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
 from appliance.api import (
-    activity, auctions, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pixels,
-    reports, sms, submissions, suppression, webhooks,
+    activity, auctions, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pings,
+    pixels, reports, sms, submissions, suppression, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY, nul_in_url
@@ -132,6 +132,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         runtime, settings, registry, concurrency=max(runtime.config.delivery.concurrency, 1))
     sender = WebhookSender(runtime, registry)
     import_runner = ImportRunner(runtime)
+    ping_desk = pings.PingDesk(runtime)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -146,6 +147,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
             yield
         finally:
             await import_runner.stop()
+            await ping_desk.aclose()
             stop.set()
             worker.wake()
             sender.wake()
@@ -161,6 +163,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
                         *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES, *auctions.ROUTES,
+                        *pings.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled), console.router()],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
@@ -182,4 +185,5 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app.state.worker = worker
     app.state.webhook_sender = sender
     app.state.imports = import_runner
+    app.state.ping_desk = ping_desk
     return app

@@ -293,6 +293,14 @@ class DefaultsConfig(Settings):
             invalid("dedupe_window_days", "must be 0 (off) or more")
 
 
+class RetentionConfig(Settings):
+    ping_days: int = 7  # suppliers' pings (and the rounds of those never posted) are kept this long
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ping_days <= 3650:
+            invalid("ping_days", "must be between 1 and 3650")
+
+
 class Config(Settings):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     logging: LoggingConfig = msgspec.field(default_factory=LoggingConfig)
@@ -306,6 +314,7 @@ class Config(Settings):
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     imports: ImportsConfig = msgspec.field(default_factory=ImportsConfig)
+    retention: RetentionConfig = msgspec.field(default_factory=RetentionConfig)
 
     @property
     def log_level(self) -> str:

@@ -1,5 +1,6 @@
 """The shipped examples and documentation stay true to the code: examples/bundle.toml imports
-through the real CLI and its export re-imports, a lead posted to one of its campaigns is taken,
+through the real CLI and its export re-imports, so do the two auction examples (their campaigns
+selling at auction), a lead posted to one of its campaigns is taken,
 docs/api.md names every route the app serves, docs/bundle.md every bundle key, and nothing the
 repository ships points outside it."""
 
@@ -28,6 +29,11 @@ LEADS = ROOT / "examples" / "leads.csv"
 API_DOC = ROOT / "docs" / "api.md"
 BUNDLE_DOC = ROOT / "docs" / "bundle.md"
 SUBMIT = "/api/v1/leads/submit"
+# The auction examples: file -> (its campaign, its auction mode, its pinged buyers, its fixed bids).
+AUCTION_EXAMPLES = {
+    "auction-exclusive.toml": ("AUCX", "exclusive", {"buyer-a"}, {"buyer-b": 18.5}),
+    "auction-shared.toml": ("AUCS", "shared", {"buyer-c", "buyer-d"}, {"buyer-e": 9}),
+}
 SOURCE_API_KEY = "replace-me-with-a-long-random-web-form-source-key"  # the example's web-form apiKey
 
 
@@ -59,6 +65,37 @@ def test_example_bundle_uses_every_section_and_only_example_hosts():
     urls = [e["url"] for e in data["deliveryEndpoints"]] + [p["baseUrl"] for p in data["sms"]["providers"]
                                                              if "baseUrl" in p]
     assert urls and all(".example.com" in url.split("/")[2] for url in urls)
+
+
+def test_the_auction_examples_import_into_a_tenant_and_sell_at_auction(cli, tmp_path):
+    tenant_id = cli.json("tenant", "create", "Auction Agency")["tenantId"]
+    for name, (_, _, pinged, fixed) in AUCTION_EXAMPLES.items():
+        out = cli("import", "--tenant", tenant_id, str(ROOT / "examples" / name)).stdout
+        assert "1 campaigns" in out and f"{len(pinged | set(fixed))} deliveryEndpoints" in out, (name, out)
+
+    exported = tmp_path / "export.json"
+    cli("export", "--tenant", tenant_id, str(exported))
+    cli("import", "--tenant", tenant_id, str(exported))  # the sealed credentials (***) are kept
+    again = json.loads(exported.read_text())
+    assert "replace-me" not in json.dumps(again)  # every placeholder secret was sealed, none exported
+    campaigns = {c["campaignId"]: c for c in again["campaigns"]}
+    endpoints = {e["deliveryEndpointId"]: e for e in again["deliveryEndpoints"]}
+    for name, (code, mode, pinged, fixed) in AUCTION_EXAMPLES.items():
+        distribution = campaigns[code]["delivery"]["distribution"]
+        assert distribution["method"] == "auction" and distribution["auction"]["mode"] == mode, name
+        items = {e["deliveryEndpointId"]: e for e in distribution["endpoints"]}
+        assert set(items) == pinged | set(fixed), name
+        assert {e for e in items if endpoints[e].get("ping")} == pinged, name
+        assert {e: items[e]["bid"] for e in fixed} == fixed, name
+
+
+@pytest.mark.parametrize("name", sorted(AUCTION_EXAMPLES))
+def test_the_auction_examples_use_only_example_hosts(name):
+    data = tomllib.loads((ROOT / "examples" / name).read_text())
+    urls = [e["url"] for e in data["deliveryEndpoints"]] + [e["ping"]["url"] for e in data["deliveryEndpoints"]
+                                                            if "ping" in e]
+    assert len(urls) > len(data["deliveryEndpoints"])
+    assert all(url.split("/")[2].endswith(".example.com") for url in urls), urls
 
 
 # ---- (b) a lead posted to an example campaign is accepted -------------------------------------

@@ -22,7 +22,7 @@ answering 502 for an unreachable provider.
 
 Deliberately excluded, and why:
 - `positive_data_acceptance` for operations whose bodies are checked beyond what JSON Schema
-  can say: submitLead, repostLead, deliverLead (the campaign must exist and be active; email,
+  can say: submitLead, pingLead, repostLead, deliverLead (the campaign must exist and be active; email,
   phone for the country, time zone, dateOfBirth as a real date, attribution/compliance member
   types, field library rules, source caps), bulkUpdateLeads (time zone, field library rules),
   and every operation under /api/v1/sms, /api/v1/pixels and /api/v1/files (sender formats,
@@ -61,7 +61,7 @@ MAX_EXAMPLES = int(os.environ.get("SCHEMATHESIS_MAX_EXAMPLES", "25"))
 TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
-SEMANTIC_BODIES = ("submitLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
+SEMANTIC_BODIES = ("submitLead", "pingLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
                    "redeliverLeads", "changeSuppressionEntries", "updateLead", "importLeads")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 

@@ -35,6 +35,7 @@ from tests.servers import live_server, person, write_config
 from tests.engine import engine, stored_bytes, table_columns
 
 SUBMIT = "/api/v1/leads/submit"
+PING = "/api/v1/leads/ping"
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -86,6 +87,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("GET", "/api/v1/leads/{leadId}"): None,
         ("PATCH", "/api/v1/leads/{leadId}"): {"notes": "mine now", "status": "failed", "email": "me@example.com"},
         ("GET", "/api/v1/leads/{leadId}/messages"): None,
+        ("GET", "/api/v1/leads/{leadId}/auctions"): None,
         ("GET", "/api/v1/imports/{importId}"): None,
         ("POST", "/api/v1/leads/{leadId}/approve"): {"status": "approved"},
         ("POST", "/api/v1/leads/{leadId}/return"): {"reason": "wrong number"},
@@ -204,13 +206,15 @@ def test_source_key_may_only_submit_to_its_own_campaigns(client, runtime, tenant
     for key in (generated, imported):
         headers = {"X-API-Key": key}
         for method, path in routes_of(client.app):
-            if path == SUBMIT:
+            if path in (SUBMIT, PING):
                 continue
             answer = client.request(method, fill(path), headers=headers, json={})
             assert answer.status_code == 403, (key[:6], method, path, answer.text)
             assert answer.json()["error"]["code"] == "FORBIDDEN"
         # AC07 is active and has no ingestion source A-src
         assert client.post(SUBMIT, json={"campaignId": "AC07", **person(20)}, headers=headers).status_code == 403
+        assert client.post(PING, json={"campaignId": "AC07"}, headers=headers).status_code == 403
+        assert client.post(PING, json={"campaignId": "AC01"}, headers=headers).status_code == 200
         assert client.post(SUBMIT, json={"campaignId": "AC01", **person(21 if key == imported else 22)},
                            headers=headers).status_code == 201
 

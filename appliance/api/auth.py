@@ -14,6 +14,8 @@ from appliance.errors import Forbidden, RateLimited, Unauthorized
 from appliance.storage import KeyRecord, Store
 
 SUBMIT_PATH = "/api/v1/leads/submit"
+PING_PATH = "/api/v1/leads/ping"
+SOURCE_PATHS = frozenset((SUBMIT_PATH, PING_PATH))  # all a source key may call
 
 
 class RateLimiter:
@@ -79,7 +81,7 @@ def header(scope: Scope, name: bytes) -> bytes | None:
 
 
 def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> KeyRecord:
-    """The key of the request, checked: known and live (401), a source key only on submit (403),
+    """The key of the request, checked: known and live (401), a source key only on submit and ping (403),
     within its rate limit (429). Also records it as the request's principal."""
     key = (header(scope, b"x-api-key") or b"").decode("latin-1").strip()
     # Imported source keys need not be in our format, so any plausible key is looked up.
@@ -89,7 +91,7 @@ def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> Key
     if record is None:
         raise Unauthorized()
     scope["state"]["principal"] = record  # also what the log context reads the tenant from
-    if record.kind == "source" and path_template != SUBMIT_PATH:
+    if record.kind == "source" and path_template not in SOURCE_PATHS:
         raise Forbidden()
     app_state["limiter"].check(record.key_id)
     return record

@@ -30,10 +30,12 @@ TAGS = ["Leads"]  # this module's group in the OpenAPI document
       summary="Submit a lead", tags=TAGS,
       description=("Stores a lead for a campaign and runs intake (validation, normalization, dedupe, routing, "
                    "qualification) before answering with its id and status; with `leadId` it resubmits a stored "
-                   "lead. The one route a source key may call: 403 FORBIDDEN for a campaign or lead that is not its"
-                   " source's, 400 names every bad field."),
+                   "lead; with `pingId` it is sold as that ping was offered. A source key may call it and the ping: "
+                   "403 FORBIDDEN for a campaign or lead that is not its source's, 400 names every bad field, 409 "
+                   "INVALID_STATE (nothing stored) for a `pingId` unknown, of another source, for another campaign, "
+                   "not accepted, already posted or expired."),
       status_code=201,
-      opt={"body": SubmitLead, "data": intake.SubmitResult, "status": 201, "errors": ["FORBIDDEN"]})
+      opt={"body": SubmitLead, "data": intake.SubmitResult, "status": 201, "errors": ["FORBIDDEN", "INVALID_STATE"]})
 async def submit_lead(request: Request) -> Response:
     # Declared here for the OpenAPI document and for what the edge leaves to Litestar (a trailing
     # slash); a plain POST is answered by appliance/api/submit_edge.py with the same submit_json.

@@ -75,6 +75,10 @@ OPERATION_QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
         "cursor": {"type": "string", "pattern": "^led_",
                    "description": "nextCursor of the previous page (an entryId)."},
     },
+    "listPings": {
+        "startDate": _DAY_OR_INSTANT,
+        "endDate": _DAY_OR_INSTANT,
+    },
     "getReportSummary": {
         "groupBy": {"enum": list(REPORT_GROUP_BY), "default": "campaign"},
         "timezone": lambda: {"type": "string", "default": "UTC", "description": "An IANA time zone name.",

@@ -150,6 +150,16 @@ class SourceCap(Model):
         _check_period(self.cap, self.start_date, self.end_date)
 
 
+class PingLimit(Model):
+    """How many pings a supplier's source may send: over the cap, a ping is answered 429."""
+    type: Literal["per_minute", "hourly", "daily"]
+    cap: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.cap <= 100_000_000:
+            invalid("cap", "must be between 1 and 100000000")
+
+
 class DeliveryLimit(Model):
     active: bool = True
     cap: int
@@ -409,10 +419,14 @@ class IngestionSource(Model):
     active: bool = True
     created_at: str | None = None
     updated_at: str | None = None
+    payout: int | float | None = None  # offered to a ping of this source when its campaign does not auction
+    ping_limits: list[PingLimit] = []
 
     def __post_init__(self) -> None:
         if not self.source_id.strip():
             invalid("sourceId", "must not be empty")
+        if self.payout is not None and not 0 <= self.payout <= MAX_BID:
+            invalid("payout", f"must be between 0 and {MAX_BID:,}")
         check_timestamp("createdAt", self.created_at)
         check_timestamp("updatedAt", self.updated_at)
 

@@ -50,7 +50,7 @@ def source_of(campaigns: Mapping[str, Campaign], campaign_id: str | None,
 def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: IngestionSource | None,
               source_id: str | None, facts: Mapping[str, Any], value_sets: Mapping, now: datetime,
               price: float | None = None, endpoint_id: str | None = None,
-              sale: tuple[float, str] | None = None) -> list[LedgerLine]:
+              sale: tuple[float, str] | None = None, payout: tuple[float, str] | None = None) -> list[LedgerLine]:
     """The entries a lead earns on reaching `statuses` (a status, plus `lead_ingested` at intake);
     `endpoint_id`: the endpoint the lead went to, else the campaign's."""
     campaign_id = campaign.campaign_id if campaign is not None else None
@@ -64,10 +64,17 @@ def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: I
         return [(i, m) for i, m in enumerate(milestones) if any(m is c for c in chosen)]
 
     lines = []
+    costs = due(source.cost_milestones) if source is not None else []
+    if payout is not None and "lead_ingested" in statuses:
+        # A lead posted after its supplier's ping costs what the ping offered, at intake.
+        amount, currency = payout
+        lines.append(LedgerLine("cost", f"cost:{source_id or ''}:ping", "lead_ingested", float(amount), currency,
+                                campaign_id, client_id, source_id, endpoint_id))
+        costs = [(i, m) for i, m in costs if m.lead_status != "lead_ingested"]
     if source is not None:
         lines += [LedgerLine("cost", f"cost:{source.source_id}:{i}", m.lead_status, float(m.amount), m.currency,
                              campaign_id, client_id, source_id, endpoint_id)
-                  for i, m in due(source.cost_milestones)]
+                  for i, m in costs]
     if campaign is not None:
         revenue = due(campaign.delivery.revenue_milestones)
         if sale is not None and "delivered" in statuses:

@@ -54,6 +54,20 @@ class SubmitLead(LeadData):
 
     lead_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None
     campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]
+    ping_id: Annotated[str, Meta(min_length=1, max_length=64)] | None = None  # sold as that ping was offered
+
+
+Sha256Hex = Annotated[str, Meta(pattern="^[0-9a-f]{64}$",
+                                description="the lowercase hex SHA-256 of the value (64 characters)")]
+
+
+class PingLead(LeadData):
+    """POST /api/v1/leads/ping: a submit body whose contact fields may be left out, with the
+    SHA-256 (lowercase hex) of the normalized email or of the E.164 phone for the duplicate check."""
+
+    campaign_id: Annotated[str, Meta(min_length=1, max_length=64)]
+    email_hash: Sha256Hex | None = None
+    phone_hash: Sha256Hex | None = None
 
 
 _COUNTRY = re.compile(r"[A-Z]{2}\Z")
@@ -170,10 +184,11 @@ def with_field_library_problems(problems: list[str], facts: Mapping[str, Any], e
     return problems + [p for p in checked if p.split(":", 1)[0] not in reported]
 
 
-def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, labels: Mapping[str, str],
-               region: str, now: str) -> tuple[LeadRecord, list[str]]:
+def build_lead(body: SubmitLead | PingLead, *, lead_id: str, existing: LeadRecord | None, labels: Mapping[str, str],
+               region: str, now: str, partial: bool = False) -> tuple[LeadRecord, list[str]]:
     """The normalized lead record (status `pending`) and the problems found. A resubmission
-    (existing given) keeps stored values for fields the body leaves out."""
+    (existing given) keeps stored values for fields the body leaves out; a `partial` lead (a
+    ping's) may leave out its contact fields."""
     problems: list[str] = []
     base = existing
     first = title_name(body.first_name) if body.first_name is not None else (base.first_name if base else None)
@@ -184,7 +199,7 @@ def build_lead(body: SubmitLead, *, lead_id: str, existing: LeadRecord | None, l
     if body.country is not None and not _COUNTRY.match(body.country):
         problems.append("country: must be a two-letter country code in capitals, such as US")
         country = base.country if base else None
-    if base is None:
+    if base is None and not partial:
         for name, value in (("firstName", first), ("lastName", last), ("email", email), ("phone", phone)):
             if not value:
                 problems.append(f"{name}: required for a new lead")

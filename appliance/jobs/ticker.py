@@ -1,6 +1,5 @@
 """Periodic housekeeping on monotonic ticks: flush the activity log, purge its (and the webhook
-attempts') old rows, settle
-SMS messages whose provider call was interrupted, refresh planner statistics.
+attempts', and suppliers' pings') old rows, settle SMS messages whose provider call was interrupted, refresh planner statistics.
 Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on. Purges
 and settling run in one process per database (`Store.runs_timed_work`)."""
 
@@ -51,6 +50,12 @@ async def purge_old_activity(runtime: Runtime) -> int:
                                      + tx.endpoints.purge_answers(hour))
 
 
+async def purge_old_pings(runtime: Runtime) -> int:
+    """Suppliers' pings keep `[retention] ping_days` days."""
+    before = iso(runtime.clock.now() - timedelta(days=runtime.config.retention.ping_days))
+    return await runtime.store.write(lambda tx: tx.pings.purge(before))
+
+
 async def settle_interrupted_sms(runtime: Runtime) -> int:
     now = runtime.clock.now()
     before = iso(now - SMS_INTERRUPTED_AFTER)
@@ -93,6 +98,7 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             # leader); the activity flush is each process's own buffer.
             if purge.due() and await runtime.store.runs_timed_work():
                 await purge_old_activity(runtime)
+                await purge_old_pings(runtime)
             if sms_settle.due() and await runtime.store.runs_timed_work() \
                     and (settled := await settle_interrupted_sms(runtime)):
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)

@@ -9,7 +9,7 @@ decided in domain/distribution.py, what a campaign's limits say in domain/constr
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 
@@ -228,12 +228,12 @@ class AuctionField:
     paused: int  # buyers left out because they are paused
 
 
-def auction_field(tx: Session, attempt: Attempt, campaign: Campaign, distribution: Distribution) -> AuctionField:
+def auction_field(tx: Session, tenant_id: str, campaign: Campaign, distribution: Distribution,
+                  facts: dict, value_sets: dict, now: datetime) -> AuctionField:
     """Read before the round: every active buyer of the distribution whose filter the lead passes,
     that is not paused and whose own limits and schedule have room now."""
-    tenant_id, now = attempt.job.tenant_id, attempt.now
-    passing = {e.delivery_endpoint_id for e in untried(distribution, (), facts_of(attempt.lead),
-                                                      value_sets=attempt.settings.value_sets, today=now.date())}
+    passing = {e.delivery_endpoint_id for e in untried(distribution, (), facts, value_sets=value_sets,
+                                                      today=now.date())}
     asked: list[DistributionEndpoint] = []
     skipped: list[Bid] = []
     blocks: list[Blocked] = []
@@ -279,15 +279,32 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
     """In the write transaction after a round: the round recorded with its winners, the best
     bids whose buyers still have room (one, or `maxWinners` when shared) and their limits'
     slots taken. This job posts to the first winner; in shared mode a job of its own posts to
-    each other one. No winner: `noBid` fails the lead or queues it for another round."""
+    each other one. No winner: `noBid` fails the lead or queues it for another round.
+    A supplier's ping held the round (`record.pingId`): its stored round is sold as it stands,
+    the winners it reserved first, without another round."""
     auction = distribution.auction or Auction()
     job = attempt.job
     count = auction.max_winners if auction.mode == "shared" else 1
-    winners = _take_room(tx, campaign, distribution, attempt, ranked(record.bids), count)
+    pinged = record.ping_id is not None
+    bids = ranked(record.bids)
+    if pinged:
+        bids = standing(record, (), attempt.now)
+        bids = [b for b in bids if b.delivery_endpoint_id in record.winners] + \
+            [b for b in bids if b.delivery_endpoint_id not in record.winners]
+    winners = take_room(tx, job.tenant_id, attempt.now, campaign, distribution, bids, count)
     record = msgspec.structs.replace(record, winners=[w for w, _ in winners])
-    tx.auctions.record(job.tenant_id, record)
-    said = _round_said(record)
+    if pinged:
+        tx.auctions.update(job.tenant_id, record)
+    else:
+        tx.auctions.record(job.tenant_id, record)
+    said = _round_said(record) + (f"; the round of ping {record.ping_id}" if pinged else "")
     details = summary(record)
+    if not winners and pinged:
+        tx.jobs.release_reservations(job.tenant_id, job.job_id)
+        why = "its bids expired" if expired(record, attempt.now) else "no buyer that bid has room now"
+        settle(tx, clock, attempt, None, "failed", f"auction: the ping's round cannot be sold ({why}; {said})",
+               job_state="done", event_kind="auction", details=details)
+        return STOPPED, record
     if not winners:
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
         reason = f"auction: no bid at or above the floor ({said})"
@@ -322,8 +339,9 @@ def next_standing_bid(tx: Session, clock: Clock, attempt: Attempt, campaign: Cam
     job = attempt.job
     record = tx.auctions.latest_of_submission(job.tenant_id, job.submission_id)
     tried = (*job.tried, *((job.endpoint_id,) if job.endpoint_id else ()))
-    bids = standing(record, tried, attempt.now) if record is not None else []
-    chosen = _take_room(tx, campaign, distribution, attempt, bids, 1)
+    # Never a buyer the round already sold to (a shared sale's other winners have their own posts).
+    bids = standing(record, (*tried, *record.winners), attempt.now) if record is not None else []
+    chosen = take_room(tx, job.tenant_id, attempt.now, campaign, distribution, bids, 1)
     if not chosen:
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
         why = "the bids expired" if record is not None and expired(record, attempt.now) else "none is left"
@@ -342,18 +360,17 @@ def standing_bids_left(tx: Session, attempt: Attempt, tried: tuple[str, ...]) ->
     return record is not None and bool(standing(record, tried, attempt.now))
 
 
-def _take_room(tx: Session, campaign: Campaign, distribution: Distribution, attempt: Attempt,
-               bids: list[Bid], count: int) -> list[tuple[str, EndpointGate]]:
+def take_room(tx: Session, tenant_id: str, now: datetime, campaign: Campaign, distribution: Distribution,
+              bids: list[Bid], count: int) -> list[tuple[str, EndpointGate]]:
     """The first `count` bidders, best first, that are still in the distribution, not paused and
     with room under their own limits and schedule (read again in this transaction)."""
-    tenant_id = attempt.job.tenant_id
     entries = {e.delivery_endpoint_id: e for e in distribution.endpoints if e.active}
     taken: list[tuple[str, EndpointGate]] = []
     for bid in bids:
         entry = entries.get(bid.delivery_endpoint_id)
         if entry is None or tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
             continue
-        gate = endpoint_gate(campaign, entry, attempt.now)
+        gate = endpoint_gate(campaign, entry, now)
         if full(gate, lambda scope, period: tx.caps.counter_value(tenant_id, scope, period)) is not None:
             continue
         taken.append((entry.delivery_endpoint_id, gate))

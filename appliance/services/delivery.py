@@ -206,7 +206,11 @@ class Deliveries:
         if job.tried or job.endpoint_id:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
             return chosen, None
-        field = auction_field(self.runtime.store.reader(), attempt, campaign, distribution)
+        held = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
+        if held is not None and held.ping_id is not None:  # the supplier's ping held the round already
+            return await self.write(job, lambda tx: sell_at_auction(tx, clock, attempt, campaign, distribution, held))
+        field = auction_field(self.runtime.store.reader(), job.tenant_id, campaign, distribution,
+                              facts_of(attempt.lead), attempt.settings.value_sets, attempt.now)
         if not field.asked:
             await self.write(job, lambda tx: nobody_to_ask(tx, clock, attempt, field))
             return STOPPED, None

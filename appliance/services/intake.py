@@ -33,7 +33,7 @@ from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
-from appliance.storage import KeyRecord, Session
+from appliance.storage import KeyRecord, PingRecord, Session
 
 log = logging.getLogger("appliance.intake")
 
@@ -67,7 +67,7 @@ def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None,
     return checks
 
 
-def _resolve_campaign(settings: TenantSettings, campaign_id: str,
+def resolve_campaign(settings: TenantSettings, campaign_id: str,
                       principal: KeyRecord) -> tuple[Campaign, IngestionSource | None]:
     """The campaign a body names and, for a source key, its source. A source key may submit only
     to usable campaigns that have its source: anything else is a 403, whether the
@@ -86,7 +86,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
                  registry: Registry, *, also: Callable[[Session], None] | None = None) -> SubmitResult:
     """`also` runs in the lead's own transaction after it is written (an import counts the lead)."""
     tenant_id = principal.tenant_id
-    intake, source = _resolve_campaign(settings, body.campaign_id, principal)
+    intake, source = resolve_campaign(settings, body.campaign_id, principal)
     now_dt = runtime.clock.now()
     now, today = iso(now_dt), now_dt.date()
 
@@ -97,6 +97,9 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
             raise Forbidden(message="This source key may only resubmit leads of its own source")
         if existing is None:
             raise ValidationFailed(["leadId: unknown lead"])
+    ping = None if body.ping_id is None else ping_to_post(
+        runtime.store.reader(), tenant_id, body.ping_id, source.source_id if source is not None else None,
+        intake.campaign_id, now)
     lead, problems = build_lead(body, lead_id=existing.lead_id if existing else new_id("lead"), existing=existing,
                                 labels=settings.labels, region=runtime.config.defaults.region, now=now)
     if source is not None:
@@ -126,10 +129,12 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         settings=settings, now_dt=now_dt, now=now, submission_id=new_id("sub"),
         suppression_lists=suppression_lists,
         suppression_hashes=lead_hashes(lead.email, lead.phone_e164) if suppression_lists else [],
+        ping=ping,
     )
-    # Only a resubmission can be refused in the transaction (its lead changed meanwhile).
+    # Only a resubmission (its lead changed meanwhile) or a ping (taken meanwhile) can be refused
+    # in the transaction.
     result = await runtime.store.write(plan.commit if also is None else _and_then(plan.commit, also),
-                                       may_refuse=plan.existing)
+                                       may_refuse=plan.existing or ping is not None)
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)
@@ -158,10 +163,13 @@ class _Plan(msgspec.Struct, kw_only=True):
     submission_id: str
     suppression_lists: list[str]
     suppression_hashes: list[bytes]
+    ping: PingRecord | None = None  # the supplier's ping this lead is posted with
 
     def commit(self, tx: Session) -> SubmitResult:
         """Runs on the writer thread inside the group transaction."""
         now, lead = self.now, self.lead
+        if self.ping is not None and not tx.pings.mark_posted(self.tenant_id, self.ping.ping_id, lead.lead_id):
+            raise InvalidState(["pingId: already posted"])
         if self.existing:
             stored = tx.leads.get_lead(self.tenant_id, lead.lead_id)
             if stored is None or stored.updated_at != self.based_on:
@@ -218,13 +226,41 @@ class _Plan(msgspec.Struct, kw_only=True):
         else:
             tx.leads.insert_lead(self.tenant_id, lead, self.intake.campaign_id)
         tx.leads.insert_submission(self.tenant_id, submission)
+        if self.ping is not None and self.ping.auction_id is not None:
+            # Its round, with the winners it reserved, is the one the delivery sells to.
+            held = tx.auctions.get(self.tenant_id, self.ping.auction_id)
+            if held is not None:
+                tx.auctions.update(self.tenant_id, msgspec.structs.replace(
+                    held, lead_id=lead.lead_id, submission_id=submission.submission_id))
         if decision.job is not None:
             tx.jobs.insert_job(tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
                                submission_id=submission.submission_id, due_at=now, now=now)
+        paid = self.ping.bid if self.ping is not None else None
         earn(tx, self.settings, self.tenant_id, lead, submission.submission_id, ("lead_ingested", status), self.now_dt,
-             campaign=campaign, source=self.source, facts=self.facts)
+             campaign=campaign, source=self.source, facts=self.facts,
+             payout=(paid, self.ping.currency) if paid is not None else None)
         record_lead_events(tx, self.settings, self.tenant_id, lead, submission, (status,), now, processed=True)
         return SubmitResult(lead_id=lead.lead_id, submission_id=submission.submission_id, status=status)
+
+
+def ping_to_post(tx: Session, tenant_id: str, ping_id: str, source_id: str | None, campaign_id: str,
+                 now: str) -> PingRecord:
+    """The ping a submit names, if the lead may be posted with it; else 409 naming what is wrong,
+    and nothing is stored."""
+    found = tx.pings.get(tenant_id, ping_id)
+    if found is None:
+        raise InvalidState(["pingId: unknown ping"])
+    if found.source_id != source_id:
+        raise InvalidState(["pingId: the ping was made by another source"])
+    if found.campaign_id != campaign_id:
+        raise InvalidState([f"pingId: the ping was for campaign {found.campaign_id}"])
+    if found.lead_id is not None:
+        raise InvalidState(["pingId: already posted"])
+    if not found.accepted:
+        raise InvalidState(["pingId: the ping was not accepted"])
+    if found.expires_at <= now:
+        raise InvalidState([f"pingId: expired at {found.expires_at}"])
+    return found
 
 
 def _and_then(commit: Callable[[Session], SubmitResult], also: Callable[[Session], None]) -> Callable[[Session], SubmitResult]:

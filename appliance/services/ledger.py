@@ -41,7 +41,7 @@ def earn(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord
          statuses: tuple[str, ...], now: datetime, *, campaign: Campaign | None = None,
          source: IngestionSource | None | object = _LOOK_UP, facts: dict | None = None,
          price: float | None = None, endpoint_id: str | None = None,
-         sale: tuple[float, str] | None = None) -> None:
+         sale: tuple[float, str] | None = None, payout: tuple[float, str] | None = None) -> None:
     """Record the milestones `lead` (as it now is: its campaign and source) earns by reaching
     `statuses` for `submission_id`; `campaign` defaults to the lead's. The submit passes the
     source it already resolved; a delivery passes the endpoint it went to."""
@@ -49,10 +49,11 @@ def earn(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord
     if source is _LOOK_UP:
         source = source_of(settings.campaigns, lead.campaign_id, lead.source_id)
     if not (source and source.cost_milestones) and not (campaign and campaign.delivery.revenue_milestones) \
-            and price is None and sale is None:
+            and price is None and sale is None and payout is None:
         return
     lines = lines_for(statuses, campaign=campaign, source=source, source_id=lead.source_id,
                       facts=facts if facts is not None else facts_of(lead), value_sets=settings.value_sets,
-                      now=now, price=price, endpoint_id=endpoint_id, sale=sale)
+                      now=now, price=price, endpoint_id=endpoint_id, sale=sale,
+                      payout=payout)
     if lines:
         tx.ledger.record(tenant_id, lead.lead_id, submission_id, lines, iso(now))

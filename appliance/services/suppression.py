@@ -28,7 +28,7 @@ Value = Annotated[str, Meta(max_length=254)]
 
 
 class SuppressionListCreate(Model):
-    name: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"\S")]  # not blank
+    name: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]*\S[^\x00]*$")]  # not blank, no NUL
 
 
 class SuppressionList(Model):

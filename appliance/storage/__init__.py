@@ -19,6 +19,7 @@ from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
 from appliance.storage.ledger import LedgerFilter
 from appliance.storage.messages import Conversation, Message
 from appliance.storage.migrations import MIGRATIONS
+from appliance.storage.pings import PingRecord
 from appliance.storage.postgres.url import redact as redact_url
 from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import KeyListing, KeyRecord
@@ -67,7 +68,7 @@ __all__ = [
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
-    "ClaimLost", "Message", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "ClaimLost", "Message", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
     "restore_database", "hand_over_the_gil_quickly",
 ]

@@ -24,6 +24,17 @@ class Auctions:
             (auction.auction_id, tenant_id, auction.lead_id, auction.submission_id, auction.started_at,
              msgspec.json.encode(auction)))
 
+    def get(self, tenant_id: str, auction_id: str) -> AuctionRecord | None:
+        row = self._conn.execute("SELECT record FROM auctions WHERE auction_id = ? AND tenant_id = ?",
+                                 (auction_id, tenant_id)).fetchone()
+        return _decode(row[0]) if row else None
+
+    def update(self, tenant_id: str, auction: AuctionRecord) -> None:
+        """A round given its lead and submission (a supplier's ping, once posted) or its winners."""
+        self._conn.execute(
+            "UPDATE auctions SET lead_id = ?, submission_id = ?, record = ? WHERE auction_id = ? AND tenant_id = ?",
+            (auction.lead_id, auction.submission_id, msgspec.json.encode(auction), auction.auction_id, tenant_id))
+
     def latest_of_submission(self, tenant_id: str, submission_id: str) -> AuctionRecord | None:
         row = self._conn.execute(
             "SELECT record FROM auctions WHERE submission_id = ? AND tenant_id = ? ORDER BY auction_id DESC LIMIT 1",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from appliance.domain.contact_hash import hash64, hash64_of_hex, sha256_hex
 from appliance.domain.lead import LeadRecord, Submission
 from appliance.storage.packed import PackedDocs
 from appliance.storage.reports import count_lead, count_leads
@@ -23,14 +24,14 @@ _SUBMISSION_ROW = ", ".join((*_SUBMISSIONS.columns, "doc"))
 
 
 _INSERT_LEAD = ("INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
-                " status, email, phone_e164, is_test, created_at, updated_at, doc)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                " status, email, phone_e164, is_test, created_at, updated_at, doc, email_hash64, phone_hash64)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 
 
 def _lead_row(tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> tuple:
     return (lead.lead_id, tenant_id, intake_campaign_id, lead.campaign_id, lead.client_id, lead.offer_id,
             lead.source_id, lead.status, lead.email, lead.phone_e164, int(lead.is_test), lead.created_at,
-            lead.updated_at, _LEADS.pack(lead))
+            lead.updated_at, _LEADS.pack(lead), hash64(lead.email), hash64(lead.phone_e164))
 
 
 def _names(lead: LeadRecord) -> str:
@@ -75,12 +76,24 @@ def _moved_counts(stored: tuple | None, new: tuple) -> dict[tuple, int] | None:
 # every index holding a column it sets, even one set to the value it had (recording a delivery
 # cost SQLite 14 us instead of 4: bench/HISTORY.md), so `update_lead` names only those that changed.
 _INDEXED = {"status": 0, "campaign_id": 1, "client_id": 2, "offer_id": 5, "email": 6, "phone_e164": 7}
+_DIGESTS = {"email": "email_hash64", "phone_e164": "phone_hash64"}  # written with the value they digest
 
 
 @functools.cache
 def _update_lead_sql(changed: tuple[str, ...]) -> str:
-    return (f"UPDATE leads SET {''.join(f'{name} = ?, ' for name in changed)}source_id = ?, is_test = ?,"
+    columns = [column for name in changed for column in (name, _DIGESTS.get(name)) if column]
+    return (f"UPDATE leads SET {''.join(f'{name} = ?, ' for name in columns)}source_id = ?, is_test = ?,"
             " updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ?")
+
+
+def _changed_values(changed: tuple[str, ...], new: tuple) -> list:
+    values = []
+    for name in changed:
+        value = new[_INDEXED[name]]
+        values.append(value)
+        if name in _DIGESTS:
+            values.append(hash64(value))
+    return values
 
 
 @dataclass(frozen=True)
@@ -137,7 +150,7 @@ class Leads:
         changed = tuple(name for name, at in _INDEXED.items() if stored is None or new[at] != stored[at])
         self._conn.execute(
             _update_lead_sql(changed),
-            (*(new[_INDEXED[name]] for name in changed), lead.source_id, int(lead.is_test), lead.updated_at,
+            (*_changed_values(changed, new), lead.source_id, int(lead.is_test), lead.updated_at,
              _LEADS.pack(lead), tenant_id, lead.lead_id),
         )
         if (moved := _moved_counts(stored, new)) is not None:
@@ -187,6 +200,25 @@ class Leads:
                 (tenant_id, value, since, intake_campaign_id),
             ):
                 rows[row[0]] = row
+        return sorted(rows.values())
+
+    def earlier_leads_by_hash(self, tenant_id: str, intake_campaign_id: str, email_sha256: str | None,
+                              phone_sha256: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
+        """`earlier_leads` for a contact given as the hex SHA-256 of its normalized email or
+        E.164 phone (a supplier's ping): the leads whose value has that digest."""
+        rows: dict[str, tuple] = {}
+        for column, value, digest in (("email_hash64", "email", email_sha256),
+                                      ("phone_hash64", "phone_e164", phone_sha256)):
+            if not digest:
+                continue
+            for row in self._conn.execute(
+                f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {column} = ?"
+                " AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate' AND is_test = 0",
+                (tenant_id, hash64_of_hex(digest), since, intake_campaign_id),
+            ):
+                stored = row[1] if value == "email" else row[2]
+                if stored and sha256_hex(stored) == digest:  # the indexed 64 bits may collide
+                    rows[row[0]] = row
         return sorted(rows.values())
 
     def insert_submission(self, tenant_id: str, submission: Submission) -> None:

@@ -8,6 +8,7 @@ from datetime import datetime, timezone
 
 import apsw
 
+from appliance.domain.contact_hash import hash64
 from appliance.ids import floor_id
 
 Migration = Callable[[apsw.Connection], None]
@@ -593,5 +594,43 @@ def m014_auctions(conn: apsw.Connection) -> None:
         );
         CREATE INDEX auctions_by_lead ON auctions(tenant_id, lead_id, auction_id);
         CREATE INDEX auctions_by_submission ON auctions(submission_id, auction_id);
+        """
+    )
+
+
+@migration
+def m015_supplier_pings(conn: apsw.Connection) -> None:
+    # A supplier's pings (storage/pings.py), and the leads' contact digests a ping's duplicate
+    # check looks up (domain/contact_hash.py), filled in for the leads already stored.
+    conn.execute(
+        """
+        CREATE TABLE pings (
+            ping_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            source_id TEXT,
+            campaign_id TEXT NOT NULL,
+            accepted INTEGER NOT NULL,
+            bid REAL,
+            currency TEXT NOT NULL,
+            reason TEXT,
+            auction_id TEXT,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            lead_id TEXT
+        );
+        CREATE INDEX pings_by_tenant ON pings(tenant_id, ping_id);
+        CREATE INDEX pings_by_created ON pings(created_at);
+        ALTER TABLE leads ADD COLUMN email_hash64 INTEGER;
+        ALTER TABLE leads ADD COLUMN phone_hash64 INTEGER;
+        """
+    )
+    rows = conn.execute("SELECT seq, email, phone_e164 FROM leads WHERE email IS NOT NULL OR phone_e164 IS NOT NULL"
+                        ).fetchall()
+    conn.executemany("UPDATE leads SET email_hash64 = ?, phone_hash64 = ? WHERE seq = ?",
+                     [(hash64(email), hash64(phone), seq) for seq, email, phone in rows])
+    conn.execute(
+        """
+        CREATE INDEX leads_by_email_hash ON leads(tenant_id, email_hash64, created_at) WHERE email_hash64 IS NOT NULL;
+        CREATE INDEX leads_by_phone_hash ON leads(tenant_id, phone_hash64, created_at) WHERE phone_hash64 IS NOT NULL;
         """
     )

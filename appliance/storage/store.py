@@ -4,7 +4,7 @@ A `Store` runs units of work and hands out read sessions; a `Session` is one con
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
 `tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`,
-`tx.auctions`).
+`tx.auctions`, `tx.pings`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -41,6 +41,7 @@ from appliance.storage.jobs import Jobs
 from appliance.storage.leads import Leads
 from appliance.storage.ledger import Ledger
 from appliance.storage.messages import Messages
+from appliance.storage.pings import Pings
 from appliance.storage.reports import Reports
 from appliance.storage.secrets import Secrets
 from appliance.storage.suppression import Suppression
@@ -53,7 +54,7 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger",
+    __slots__ = ("_conn", "activity", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
                  "messages", "reports", "secrets", "suppression", "tenants", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
@@ -75,6 +76,7 @@ class Session:
         self.imports = Imports(conn)
         self.console_sessions = ConsoleSessions(conn)
         self.auctions = Auctions(conn)
+        self.pings = Pings(conn)
 
     def __enter__(self) -> Session:
         self._conn.__enter__()

@@ -484,6 +484,36 @@ CREATE INDEX auctions_by_lead ON auctions(tenant_id, lead_id, auction_id);
 CREATE INDEX auctions_by_submission ON auctions(submission_id, auction_id);
 """)
 
+# The digests' first 8 bytes as a signed bigint, as domain/contact_hash.hash64 makes them.
+_migration("m015_supplier_pings", """
+CREATE TABLE pings (
+    ping_id text PRIMARY KEY,
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    source_id text,
+    campaign_id text NOT NULL,
+    accepted bigint NOT NULL,
+    bid double precision,
+    currency text NOT NULL,
+    reason text,
+    auction_id text,
+    created_at text NOT NULL,
+    expires_at text NOT NULL,
+    lead_id text
+);
+CREATE INDEX pings_by_tenant ON pings(tenant_id, ping_id);
+CREATE INDEX pings_by_created ON pings(created_at);
+ALTER TABLE leads ADD COLUMN email_hash64 bigint;
+ALTER TABLE leads ADD COLUMN phone_hash64 bigint;
+UPDATE leads SET
+    email_hash64 = CASE WHEN email IS NULL OR email = '' THEN NULL
+                   ELSE ('x' || left(encode(sha256(convert_to(email, 'UTF8')), 'hex'), 16))::bit(64)::bigint END,
+    phone_hash64 = CASE WHEN phone_e164 IS NULL OR phone_e164 = '' THEN NULL
+                   ELSE ('x' || left(encode(sha256(convert_to(phone_e164, 'UTF8')), 'hex'), 16))::bit(64)::bigint END
+WHERE email IS NOT NULL OR phone_e164 IS NOT NULL;
+CREATE INDEX leads_by_email_hash ON leads(tenant_id, email_hash64, created_at) WHERE email_hash64 IS NOT NULL;
+CREATE INDEX leads_by_phone_hash ON leads(tenant_id, phone_hash64, created_at) WHERE phone_hash64 IS NOT NULL;
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """

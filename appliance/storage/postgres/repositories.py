@@ -14,6 +14,7 @@ from datetime import datetime
 
 import msgspec
 
+from appliance.domain.contact_hash import hash64
 from appliance.domain.lead import LeadRecord
 from appliance.ids import new_id
 from appliance.storage.caps import Caps
@@ -107,9 +108,11 @@ class PgLeads(Leads):
         stored = _was(self._conn, tenant_id, lead.lead_id) if was is None else _was_of(was)
         found = self._conn.execute(
             "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
-            " phone_e164 = ?, is_test = ?, updated_at = ?, doc = ? WHERE tenant_id = ? AND lead_id = ? RETURNING seq",
+            " phone_e164 = ?, email_hash64 = ?, phone_hash64 = ?, is_test = ?, updated_at = ?, doc = ?"
+            " WHERE tenant_id = ? AND lead_id = ? RETURNING seq",
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
-             lead.phone_e164, int(lead.is_test), lead.updated_at, _LEADS.pack(lead), tenant_id, lead.lead_id),
+             lead.phone_e164, hash64(lead.email), hash64(lead.phone_e164), int(lead.is_test), lead.updated_at,
+             _LEADS.pack(lead), tenant_id, lead.lead_id),
         ).fetchone()
         if (moved := _moved_counts(stored, _was_of(lead))) is not None:
             count_leads(self._conn, tenant_id, moved)

@@ -16,6 +16,7 @@ from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.files import Files
 from appliance.storage.auctions import Auctions
 from appliance.storage.messages import Messages
+from appliance.storage.pings import Pings
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.dump import dump
 from appliance.storage.postgres.engine import ChangeListener, PgDatabase
@@ -68,6 +69,7 @@ class PgSession(Session):
         self.imports = PgImports(conn)
         self.console_sessions = ConsoleSessions(conn)
         self.auctions = Auctions(conn)
+        self.pings = Pings(conn)
 
 
 class PgStore(Store):
