@@ -70,6 +70,9 @@ Script = Reply | Callable[[Received], Reply]
 class _Server(ThreadingHTTPServer):
     daemon_threads = False       # server_close() joins the handler threads
     block_on_close = True
+    # socketserver's default listen backlog is 5: a burst of connections (an auction's pings, a
+    # delivery process taking up its interrupted jobs at once) would lose SYNs to a 1 s retransmit.
+    request_queue_size = 128
     owner: BuyerServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:

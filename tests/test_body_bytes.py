@@ -14,6 +14,7 @@ BAD_UTF8 = [b"\xff", b"\xc0\xaf", b"\xe2\x82", b"\xe9", b"\xed\xa0\x80", b"\xf4\
 # A realistic body per route, the field that the tests below spoil, and the ids the path needs.
 BODIES = {
     ("POST", "/api/v1/leads/submit"): b'{"campaignId":"AC01","firstName":"%s","email":"a@example.com"}',
+    ("POST", "/api/v1/leads/ping"): b'{"campaignId":"AC01","firstName":"%s"}',
     ("POST", "/api/v1/files"): b'{"leadId":"{leadId}","fileKey":"%s","fileName":"a.pdf","fileType":"pdf",'
                                b'"documentUrl":"https://files.example.com/a.pdf"}',
     ("PATCH", "/api/v1/leads/bulk"): b'{"leadIds":["{leadId}"],"updates":{"notes":"%s"}}',
@@ -35,7 +36,7 @@ BODIES = {
     ("POST", "/api/v1/endpoints/{deliveryEndpointId}/resume"): b'{"reason":"%s"}',
 }
 SPOILED_FIELD = {
-    "/api/v1/leads/submit": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
+    "/api/v1/leads/submit": "firstName", "/api/v1/leads/ping": "firstName", "/api/v1/files": "fileKey", "/api/v1/leads/bulk": "updates.notes",
     "/api/v1/leads/{leadId}": "notes",
     "/api/v1/leads/{leadId}/approve": "reason", "/api/v1/leads/{leadId}/return": "reason",
     "/api/v1/leads/{leadId}/repost": "deliveryInfo.deliveryEndpointId",

@@ -69,11 +69,13 @@ def load_bundle(
     known_questionnaires: frozenset[str] | None = None,
     known_suppression_lists: frozenset[str] | None = None,
     known_pinging_endpoints: frozenset[str] = frozenset(),
+    stored_campaigns: Sequence[Campaign] = (),
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
     With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
     carries questionnaires. `known_pinging_endpoints`: stored endpoints that have a `ping` (an
-    endpoint in the bundle counts as the bundle has it)."""
+    endpoint in the bundle counts as the bundle has it); `stored_campaigns`: the tenant's campaigns,
+    whose auctions must still find a ping or a bid for each buyer once the bundle is in."""
     bundle = _decode(_parse(raw, fmt))
     problems = _cross_check(
         bundle,
@@ -87,6 +89,15 @@ def load_bundle(
             else (known_questionnaires or frozenset()) | {q.questionnaire_id for q in bundle.questionnaires}
         ),
     )
+    replaced = {c.campaign_id for c in bundle.campaigns}
+    for i, e in enumerate(bundle.delivery_endpoints):
+        if e.ping is not None:
+            continue
+        needing = sorted(c.campaign_id for c in stored_campaigns if c.campaign_id not in replaced
+                         and _auction_needs_ping(c, e.delivery_endpoint_id))
+        if needing:
+            problems.append(f"deliveryEndpoints[{i}].ping: required: campaign {', '.join(needing)} sells to this"
+                            " buyer at auction without a fixed bid")
     if known_suppression_lists is not None:  # lists live in the database only, never in a bundle
         problems += [
             f"campaigns[{i}].qualification.suppressionListIds[{j}]: unknown suppression list"
@@ -97,6 +108,12 @@ def load_bundle(
     if problems:
         raise BundleError(problems)
     return bundle
+
+
+def _auction_needs_ping(campaign: Campaign, endpoint_id: str) -> bool:
+    distribution = campaign.delivery.distribution
+    return distribution is not None and distribution.method == "auction" and any(
+        e.delivery_endpoint_id == endpoint_id and e.bid is None for e in distribution.endpoints)
 
 
 def _parse(raw: bytes, fmt: str) -> Any:

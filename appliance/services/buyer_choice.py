@@ -308,9 +308,11 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
     if not winners:
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
         reason = f"auction: no bid at or above the floor ({said})"
-        if auction.no_bid == "queue" and job.attempts < NO_BID_ROUNDS:
+        if auction.no_bid == "queue" and tx.auctions.rounds_of_submission(job.tenant_id, job.submission_id) \
+                < NO_BID_ROUNDS:
             due = iso(attempt.now + timedelta(seconds=NO_BID_AGAIN_SECONDS))
-            tx.jobs.reschedule(job.job_id, due, iso(attempt.now), error="auction: no bid")
+            # A round is no attempt to deliver: the winner's post later starts at attempt 1.
+            tx.jobs.reschedule(job.job_id, due, iso(attempt.now), error="auction: no bid", keep_attempts=True)
             settle(tx, clock, attempt, None, "queued", f"{reason}; another round at {due}", job_state=None,
                    event_kind="auction", details=details)
         else:
@@ -321,14 +323,16 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         return STOPPED, record
     settle(tx, clock, attempt, None, None, f"auction: sold to {', '.join(record.winners)} ({said})",
            job_state=None, event_kind="auction", details=details)
+    if tx.jobs.job_state(job.job_id) == "cancelled":  # an operator changed the lead during the round
+        tx.jobs.release_reservations(job.tenant_id, job.job_id)
+        return STOPPED, record
     (first, first_gate), *others = winners
     _hold(tx, job.tenant_id, job.job_id, first_gate)
     tx.jobs.choose_endpoint(job.job_id, first)
     now = iso(clock.now())
-    for endpoint_id, gate in others:
-        other = tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
-                                   submission_id=job.submission_id, due_at=now, now=now, endpoint_id=endpoint_id)
-        _hold(tx, job.tenant_id, other, gate)
+    for endpoint_id, _ in others:  # each takes its buyer's slots when it runs, as a retry does
+        tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+                           submission_id=job.submission_id, due_at=now, now=now, endpoint_id=endpoint_id)
     return first, record
 
 

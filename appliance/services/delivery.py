@@ -89,8 +89,15 @@ class Deliveries:
             await self.write(job, lambda tx: settle(tx, clock, attempt, None, "disqualified", problem,
                                                     job_state="done"))
             return None
-        candidates = campaigns_in_reach(campaign, settings.campaigns)
-        checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
+        record: AuctionRecord | None = None
+        if job.endpoint_id is not None and sells_at_auction(campaign):  # a won bid's post: its round
+            record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
+        if record is not None and record.mode == "shared" and job.endpoint_id in record.winners[1:]:
+            # Another buyer's share of a lead sold already: the campaign's limits and hours took it once.
+            candidates, checks = {campaign.campaign_id: campaign}, {campaign.campaign_id: ([], None)}
+        else:
+            candidates = campaigns_in_reach(campaign, settings.campaigns)
+            checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
         named = endpoint_override(attempt.submission)
         chosen: str | None | object = None
         if checks[campaign.campaign_id] == ([], None) and (campaign.delivery.distribution is None or named):
@@ -103,7 +110,6 @@ class Deliveries:
         if reserved is None or chosen is STOPPED:
             return None
         attempt = reserved.attempt
-        record: AuctionRecord | None = None
         if chosen is AUCTION:
             chosen, record = await self._auction(attempt, reserved.campaign, http)
             if chosen is STOPPED:
@@ -203,6 +209,10 @@ class Deliveries:
         job, clock = attempt.job, self.runtime.clock
         distribution = campaign.delivery.distribution
         assert distribution is not None
+        shared = distribution.auction is not None and distribution.auction.mode == "shared"
+        if job.endpoint_id and shared:  # a shared sale's buyer, paused: its post waits for the resume
+            parked = await self.write(job, lambda tx: park(tx, clock, attempt, job.endpoint_id, attempted=False))
+            return (STOPPED if parked else job.endpoint_id), None
         if job.tried or job.endpoint_id:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
             return chosen, None

@@ -110,6 +110,8 @@ def settle(tx: Session, clock: Clock, attempt: Attempt, outcome: tuple | None, s
         # An operator changed the lead while this attempt ran: keep their status, note ours.
         status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
     submission = attempt.loaded.submission_in(tx, tenant_id) or attempt.submission
+    if status in ("queued", "failed") and submission.status == "delivered":
+        status = None  # another sale of a lead sold to several buyers: it stays delivered
     changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
     if outcome is not None:
         posting, delivery, result = outcome

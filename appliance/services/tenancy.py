@@ -137,6 +137,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_pinging_endpoints=frozenset(e.delivery_endpoint_id for e in
                                           reader.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
                                           if e.ping is not None),
+        stored_campaigns=reader.catalog.all_campaigns(tenant_id),
     )
     unsendable = _unsendable_urls(bundle) + [
         problem for i, w in enumerate(bundle.webhooks)

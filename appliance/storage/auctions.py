@@ -41,6 +41,11 @@ class Auctions:
             (submission_id, tenant_id)).fetchone()
         return _decode(row[0]) if row else None
 
+    def rounds_of_submission(self, tenant_id: str, submission_id: str) -> int:
+        (count,) = self._conn.execute("SELECT count(*) FROM auctions WHERE submission_id = ? AND tenant_id = ?",
+                                      (submission_id, tenant_id)).fetchone()
+        return count
+
     def of_lead(self, tenant_id: str, lead_id: str, before: str | None, limit: int) -> list[AuctionRecord]:
         """The lead's rounds, newest first; `before`: an auctionId (the cursor)."""
         older = " AND auction_id < ?" if before is not None else ""
