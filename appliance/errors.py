@@ -76,8 +76,8 @@ class UnsupportedMediaType(ApiError):
 class RateLimited(ApiError):
     status, code, message = 429, "RATE_LIMITED", "Too many requests for this API key"
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__()
+    def __init__(self, retry_after: int, *, message: str | None = None) -> None:
+        super().__init__(message=message)
         self.retry_after = retry_after
 
     def headers(self) -> dict[str, str]:

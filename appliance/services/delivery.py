@@ -217,7 +217,8 @@ class Deliveries:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
             return chosen, None
         held = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
-        if held is not None and held.ping_id is not None:  # the supplier's ping held the round already
+        if held is not None and held.ping_id is not None and held.campaign_id == campaign.campaign_id:
+            # The supplier's ping held the round already (for the campaign the lead went to).
             return await self.write(job, lambda tx: sell_at_auction(tx, clock, attempt, campaign, distribution, held))
         field = auction_field(self.runtime.store.reader(), job.tenant_id, campaign, distribution,
                               facts_of(attempt.lead), attempt.settings.value_sets, attempt.now)

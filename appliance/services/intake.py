@@ -97,9 +97,6 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
             raise Forbidden(message="This source key may only resubmit leads of its own source")
         if existing is None:
             raise ValidationFailed(["leadId: unknown lead"])
-    ping = None if body.ping_id is None else ping_to_post(
-        runtime.store.reader(), tenant_id, body.ping_id, source.source_id if source is not None else None,
-        intake.campaign_id, now)
     lead, problems = build_lead(body, lead_id=existing.lead_id if existing else new_id("lead"), existing=existing,
                                 labels=settings.labels, region=runtime.config.defaults.region, now=now)
     if source is not None:
@@ -108,6 +105,9 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
     problems = with_field_library_problems(problems, facts, settings.checked_fields, today)
     if problems:
         raise ValidationFailed(problems)
+    ping = None if body.ping_id is None else ping_to_post(
+        runtime.store.reader(), tenant_id, body.ping_id, source.source_id if source is not None else None,
+        intake.campaign_id, now)
 
     rejected_at_source = attestation_problem(intake, lead.compliance)
     evaluation = None
@@ -139,6 +139,9 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecor
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)
     return result
+
+
+_NOT_SOLD = frozenset(("disqualified", "duplicate", "suppressed"))
 
 
 class _Plan(msgspec.Struct, kw_only=True):
@@ -235,7 +238,8 @@ class _Plan(msgspec.Struct, kw_only=True):
         if decision.job is not None:
             tx.jobs.insert_job(tenant_id=self.tenant_id, kind=decision.job, lead_id=lead.lead_id,
                                submission_id=submission.submission_id, due_at=now, now=now)
-        paid = self.ping.bid if self.ping is not None else None
+        # The supplier is paid what its ping was offered for a lead that is sold, not for one refused here.
+        paid = self.ping.bid if self.ping is not None and status not in _NOT_SOLD else None
         earn(tx, self.settings, self.tenant_id, lead, submission.submission_id, ("lead_ingested", status), self.now_dt,
              campaign=campaign, source=self.source, facts=self.facts,
              payout=(paid, self.ping.currency) if paid is not None else None)

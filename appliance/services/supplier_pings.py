@@ -68,7 +68,8 @@ def ping_limit_checks(campaign: Campaign, source: IngestionSource | None, now: d
 def _over_limit(tx: Session, tenant_id: str, limits: list[tuple[CapCheck, datetime]], now: datetime) -> None:
     for check, end in limits:
         if tx.caps.counter_value(tenant_id, check.scope, check.period_start) >= check.cap:
-            raise RateLimited(retry_after=max(1, int((end - now).total_seconds() + 0.999)))
+            raise RateLimited(retry_after=max(1, int((end - now).total_seconds() + 0.999)),
+                              message=f"Too many pings from this source: its {check.label} is reached")
 
 
 async def ping(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: PingLead, registry: Registry,
