@@ -1035,3 +1035,37 @@ def test_dropping_the_ping_an_auction_campaign_needs_is_refused(cli, tmp_path):
     assert "deliveryEndpoints[0].ping: required: campaign" in result.stderr
     exported = json.loads(cli("export", "--tenant", tenant_id).stdout)
     assert exported["deliveryEndpoints"][0]["ping"]["url"] == PING["url"]
+
+
+# ---- plugins written before ping ------------------------------------------------------------------
+
+OLD_PLUGIN = '''
+from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+class Legacy(DeliveryAdapter):
+    name = "legacy"
+
+    async def deliver(self, request, http):
+        return DeliveryResult(outcome="success", status_code=200, message="legacy took it")
+
+@hookimpl
+def appliance_delivery_adapters(settings):
+    return [Legacy()]
+'''
+
+
+def test_an_adapter_without_ping_still_delivers_and_bids_only_a_fixed_bid(runtime, clock, tmp_path):
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "legacy.py").write_text(OLD_PLUGIN)
+    legacy_pinged = endpoint("old", adapter="legacy", ping=PING)
+    legacy_fixed = endpoint("oldfixed", adapter="legacy")
+    tenant = auction_tenant(runtime, [legacy_pinged, legacy_fixed, bidder("a", "5")],
+                            [{"deliveryEndpointId": "old"}, {"deliveryEndpointId": "oldfixed", "bid": 7},
+                             {"deliveryEndpointId": "a"}])
+    with live_app(runtime, tmp_path) as client:
+        lead = wait_for(client, tenant, submit(client, tenant, lead_body("AU1"))["leadId"], status_is("delivered"))
+        (round_,) = auctions(client, tenant, lead["leadId"])["items"]
+    assert outcomes(round_) == {"old": ("error", None), "oldfixed": ("bid", 7.0), "a": ("bid", 5.0)}
+    assert reasons(round_)["old"] == "delivery adapter 'legacy' cannot ping"
+    assert round_["winners"] == ["oldfixed"]
+    assert lead["submissions"][-1]["journeyEvents"][-1]["reason"] == "legacy took it"
