@@ -7,6 +7,7 @@ buyers and stores the record; services/buyer_choice.py sells to the standing bid
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -201,13 +202,18 @@ def round_timeout_ms(auction: Auction, ping_timeouts: Iterable[int]) -> int:
 
 def payout(winning_bid: float, margin: AuctionMargin | None) -> float:
     """What a pinging supplier is offered for a lead whose best bid is `winning_bid`: the bid
-    less the margin's percentage, then less its amount; never below zero; cents."""
-    offered = winning_bid
+    less the margin's percentage, then less its amount; never below zero; in cents, half a cent
+    up (in decimal: a float's 2.675 is 2.67499...)."""
+    bid = Decimal(str(winning_bid))
+    offered = bid
     if margin is not None and margin.percent:
-        offered -= winning_bid * float(margin.percent) / 100
+        offered -= bid * Decimal(str(margin.percent)) / 100
     if margin is not None and margin.amount:
-        offered -= float(margin.amount)
-    return round(max(offered, 0.0), 2)
+        offered -= Decimal(str(margin.amount))
+    return float(max(offered, Decimal(0)).quantize(CENT, rounding=ROUND_HALF_UP))
+
+
+CENT = Decimal("0.01")
 
 
 def summary(record: AuctionRecord) -> dict[str, Any]:
