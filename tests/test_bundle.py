@@ -103,6 +103,7 @@ FULL_CAMPAIGN = {
         "shortCircuitSyncEvaluation": False,
         "placement": {"applyRoutingRules": True, "applyFallbackCampaigns": False},
         "active": True, "createdAt": "2026-11-21T09:30:00Z", "updatedAt": "2026-11-21T09:30:00+02:00",
+        "payout": None, "pingLimits": [],
     }]},
     "delivery": {
         "deliveryEndpointId": "ep_1",

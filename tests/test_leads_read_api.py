@@ -155,9 +155,9 @@ class _Plans:
 @pytest.mark.parametrize(
     ("where", "expected"),
     [
-        (dict(email="a@example.com"), "USING INDEX leads_by_email"),
-        (dict(phone_e164="+14155550001"), "USING INDEX leads_by_phone"),
-        (dict(email="a@example.com", status="failed"), "USING INDEX leads_by_email"),
+        (dict(email="a@example.com"), "USING INDEX leads_by_email_hash"),
+        (dict(phone_e164="+14155550001"), "USING INDEX leads_by_phone_hash"),
+        (dict(email="a@example.com", status="failed"), "USING INDEX leads_by_email_hash"),
         (dict(lead_id="lead_x"), "sqlite_autoindex_leads_1"),
         (dict(campaign_ids=("A", "B")), "USING INDEX leads_by_campaign (tenant_id=? AND campaign_id=?)"),
         (dict(client_ids=("A", "B")), "USING INDEX leads_by_client (tenant_id=? AND client_id=?)"),

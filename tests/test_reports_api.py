@@ -318,4 +318,7 @@ def test_leads_are_written_only_where_their_counts_are_kept():
     writes = re.compile(r"INTO leads\b|UPDATE leads\b|DELETE FROM leads\b|REPLACE INTO leads\b")
     found = [str(path.relative_to(root)) for path in sorted((root / "appliance").rglob("*.py"))
              for line in path.read_text().splitlines() if writes.search(line)]
-    assert found == ["appliance/storage/leads.py"] * 2 + ["appliance/storage/postgres/repositories.py"]
+    # The migrations' one UPDATE fills the contact digests of stored leads, no counted column.
+    assert found == ["appliance/storage/leads.py"] * 2 + ["appliance/storage/migrations.py",
+                                                          "appliance/storage/postgres/migrations.py",
+                                                          "appliance/storage/postgres/repositories.py"]

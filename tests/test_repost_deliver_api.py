@@ -282,9 +282,9 @@ def test_campaign_id_alone_requalifies_the_unchanged_lead(api, runtime, tenant):
     assert state(api, runtime, tenant, data["leadId"]) == ("disqualified", 2, 2)
 
 
-def test_modified_payload_has_the_submit_fields_but_lead_and_campaign_ids():
+def test_modified_payload_has_the_submit_fields_but_lead_campaign_and_ping_ids():
     assert set(reposts.ModifiedPayload.__struct_fields__) == set(SubmitLead.__struct_fields__) - {
-        "lead_id", "campaign_id"}
+        "lead_id", "campaign_id", "ping_id"}
 
 
 @pytest.mark.parametrize(("body", "expected"), [

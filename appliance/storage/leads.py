@@ -116,6 +116,14 @@ NAME_JOIN_MAX = 2000
 _LIST_INDEXES = {"campaign_id": "leads_by_campaign", "client_id": "leads_by_client", "offer_id": "leads_by_offer"}
 
 
+def _by_digest(where: LeadFilter, clauses: list[str], params: list) -> None:
+    """A filter on a lead's email or phone, also on its digest: the indexed column."""
+    for column, value in (("email_hash64", where.email), ("phone_hash64", where.phone_e164)):
+        if value is not None:
+            clauses.append(f"l.{column} = ?")
+            params.append(hash64(value))
+
+
 class Leads:
     """Leads and their submissions: the records and the documents the API returns."""
 
@@ -195,9 +203,10 @@ class Leads:
             if not value:
                 continue
             for row in self._conn.execute(
-                f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {column} = ?"
-                " AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate' AND is_test = 0",
-                (tenant_id, value, since, intake_campaign_id),
+                f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {_DIGESTS[column]} = ?"
+                f" AND {column} = ? AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate'"
+                " AND is_test = 0",
+                (tenant_id, hash64(value), value, since, intake_campaign_id),
             ):
                 rows[row[0]] = row
         return sorted(rows.values())
@@ -287,6 +296,7 @@ class Leads:
             if value is not None:
                 clauses.append(f"l.{column} = ?")
                 params.append(value)
+        _by_digest(where, clauses, params)
         if where.after_id is not None:
             clauses.append("l.lead_id >= ?")
             params.append(where.after_id)
@@ -306,9 +316,9 @@ class Leads:
         elif where.email is not None:
             # Without planner statistics (a new database, or a connection opened before the last
             # ANALYZE) SQLite walks leads_by_tenant to skip the sort: every lead of the tenant.
-            source = "leads l INDEXED BY leads_by_email"
+            source = "leads l INDEXED BY leads_by_email_hash"
         elif where.phone_e164 is not None:
-            source = "leads l INDEXED BY leads_by_phone"
+            source = "leads l INDEXED BY leads_by_phone_hash"
         if driver is not None:
             arm = (f"SELECT * FROM (SELECT {_LEAD_ROW} FROM leads l INDEXED BY {_LIST_INDEXES[driver]}"
                    f" WHERE {' AND '.join(clauses)} AND l.{driver} = ? ORDER BY l.lead_id DESC LIMIT ?)")

@@ -600,8 +600,10 @@ def m014_auctions(conn: apsw.Connection) -> None:
 
 @migration
 def m015_supplier_pings(conn: apsw.Connection) -> None:
-    # A supplier's pings (storage/pings.py), and the leads' contact digests a ping's duplicate
-    # check looks up (domain/contact_hash.py), filled in for the leads already stored.
+    # A supplier's pings (storage/pings.py), and the leads' contact digests (domain/contact_hash.py),
+    # filled in for the leads already stored. The digests' indexes replace those on the values:
+    # a lookup by value (dedupe, the leads list's email and phone filters) goes through its digest,
+    # a ping's duplicate check by the digest alone, and a lead still writes two index entries.
     conn.execute(
         """
         CREATE TABLE pings (
@@ -630,6 +632,8 @@ def m015_supplier_pings(conn: apsw.Connection) -> None:
                      [(hash64(email), hash64(phone), seq) for seq, email, phone in rows])
     conn.execute(
         """
+        DROP INDEX leads_by_email;
+        DROP INDEX leads_by_phone;
         CREATE INDEX leads_by_email_hash ON leads(tenant_id, email_hash64, created_at) WHERE email_hash64 IS NOT NULL;
         CREATE INDEX leads_by_phone_hash ON leads(tenant_id, phone_hash64, created_at) WHERE phone_hash64 IS NOT NULL;
         """

@@ -510,6 +510,8 @@ UPDATE leads SET
     phone_hash64 = CASE WHEN phone_e164 IS NULL OR phone_e164 = '' THEN NULL
                    ELSE ('x' || left(encode(sha256(convert_to(phone_e164, 'UTF8')), 'hex'), 16))::bit(64)::bigint END
 WHERE email IS NOT NULL OR phone_e164 IS NOT NULL;
+DROP INDEX leads_by_email;
+DROP INDEX leads_by_phone;
 CREATE INDEX leads_by_email_hash ON leads(tenant_id, email_hash64, created_at) WHERE email_hash64 IS NOT NULL;
 CREATE INDEX leads_by_phone_hash ON leads(tenant_id, phone_hash64, created_at) WHERE phone_hash64 IS NOT NULL;
 """)

@@ -28,6 +28,7 @@ from appliance.storage.leads import (
     _LEADS,
     LeadFilter,
     Leads,
+    _by_digest,
     _lead_row,
     _moved_counts,
     _names,
@@ -135,6 +136,7 @@ class PgLeads(Leads):
             if value is not None:
                 clauses.append(f"l.{column} = ?")
                 params.append(value)
+        _by_digest(where, clauses, params)
         if where.after_id is not None:
             clauses.append("l.lead_id >= ?")
             params.append(where.after_id)
