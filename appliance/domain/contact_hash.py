@@ -5,6 +5,7 @@ may share a value; the whole digest of each lead found then decides."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 
@@ -17,6 +18,7 @@ def hash64_of_hex(digest_hex: str) -> int:
     return int.from_bytes(bytes.fromhex(digest_hex[:16]), "big", signed=True)
 
 
+@functools.lru_cache(maxsize=8192)  # a submit digests each value twice: its dedupe lookup, then its row
 def hash64(value: str | None) -> int | None:
     if not value:
         return None
