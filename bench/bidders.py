@@ -1,7 +1,7 @@
 """Loopback auction buyers for bench/auction.py: N buyers in one process, each on its own port.
 
-A raw asyncio HTTP/1.1 server per buyer (uvloop when installed, keep-alive), built like
-bench/buyer.py, all on one event loop:
+A raw asyncio HTTP/1.1 server per buyer (uvloop when installed, keep-alive), on bench/buyer.py's
+request reader, all on one event loop:
 
     POST /ping   answered after `--delay-ms` (5) with `200 {"bid": x, "token": "b<i>-<n>"}`, x a random
                  bid in [--min-bid, --max-bid) rounded to cents; a buyer listed in `--never` reads
@@ -34,14 +34,7 @@ import signal
 import sys
 import time
 
-_MAX_HEAD = 64 * 1024
-
-
-def _response(status: str, body: bytes, close: bool = False) -> bytes:
-    head = (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-            + ("Connection: close\r\n" if close else "") + "\r\n")
-    return head.encode("latin-1") + body
-
+from bench.buyer import RequestReader, response
 
 class Bidder:
     """What one buyer has seen."""
@@ -106,91 +99,27 @@ class Control:
         return b'{"error":"unknown control path"}'
 
 
-class BidderProtocol(asyncio.Protocol):
-    __slots__ = ("bidder", "body", "buf", "closing", "control", "delay", "need", "pending", "transport")
+class BidderProtocol(RequestReader):
+    __slots__ = ("bidder", "control", "delay")
+    keeps_body = True  # a post's body carries the ping token back
 
     def __init__(self, bidder: Bidder | None, control: Control | None, delay: float) -> None:
+        super().__init__()
         self.bidder, self.control, self.delay = bidder, control, delay
-        self.transport: asyncio.Transport | None = None
-        self.buf = b""
-        self.body = b""
-        self.need = -1  # body bytes still to read for the request being read; -1: reading a head
-        self.pending: tuple[str, str, str | None, bool] | None = None
-        self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        super().connection_made(transport)
         if self.bidder is not None:
             self.bidder.connections += 1
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+        super().connection_lost(exc)
         if self.bidder is not None:
             self.bidder.connections -= 1
 
-    def data_received(self, data: bytes) -> None:
-        buf = self.buf + data if self.buf else data
-        while buf and not self.closing:
-            if self.need >= 0:  # inside a body
-                if len(buf) < self.need:
-                    self.body += buf
-                    self.need -= len(buf)
-                    buf = b""
-                    break
-                self.body += buf[:self.need]
-                buf = buf[self.need:]
-                self.need = -1
-                self._answer()
-                continue
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > _MAX_HEAD:
-                    self._fail()
-                    return
-                break
-            head, buf = buf[:end], buf[end + 4:]
-            if not self._parse_head(head):
-                return
-        self.buf = buf
-
-    def _parse_head(self, head: bytes) -> bool:
-        lines = head.split(b"\r\n")
-        try:
-            method, target, _version = lines[0].decode("latin-1").split(" ", 2)
-        except ValueError:
-            self._fail()
-            return False
-        key, length, close = None, 0, False
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            lname = name.strip().lower()
-            if lname == b"idempotency-key":
-                key = value.strip().decode("latin-1")
-            elif lname == b"content-length":
-                try:
-                    length = int(value)
-                except ValueError:
-                    self._fail()
-                    return False
-            elif lname == b"transfer-encoding":
-                self._fail()
-                return False
-            elif lname == b"connection" and b"close" in value.lower():
-                close = True
-        self.pending = (method, target, key, close)
-        self.body = b""
-        self.need = length
-        if length == 0:
-            self.need = -1
-            self._answer()
-        return True
-
-    def _answer(self) -> None:
-        assert self.pending is not None
-        method, target, key, close = self.pending
-        self.pending = None
+    def answer(self, method: str, target: str, key: str | None, close: bool, body: bytes) -> None:
         if self.control is not None:
-            self._send(_response("200 OK", self.control.answer(method, target), close), close, None)
+            self.send(response("200 OK", self.control.answer(method, target), close), close)
             return
         bidder = self.bidder
         assert bidder is not None
@@ -198,35 +127,23 @@ class BidderProtocol(asyncio.Protocol):
             if bidder.never:
                 bidder.pings += 1
                 return  # never answered: the caller gives up at its deadline
-            payload = _response("200 OK", bidder.ping_answer(), close)
+            payload = response("200 OK", bidder.ping_answer(), close)
             due = time.monotonic() + self.delay
-            asyncio.get_running_loop().call_later(self.delay, self._send, payload, close, due)
+            asyncio.get_running_loop().call_later(self.delay, self._answer_ping, payload, close, due)
             return
         token = None
         try:
-            token = json.loads(self.body).get("token")
+            token = json.loads(body).get("token")
         except (ValueError, AttributeError):
             pass
         bidder.record_post(key, token, time.monotonic())
-        self._send(_response("200 OK", b'{"status":"accepted","id":"P-%d"}' % bidder.post_count, close), close, None)
+        self.send(response("200 OK", b'{"status":"accepted","id":"P-%d"}' % bidder.post_count, close), close)
 
-    def _send(self, payload: bytes, close: bool, due: float | None) -> None:
-        transport = self.transport
-        if due is not None and self.bidder is not None:
+    def _answer_ping(self, payload: bytes, close: bool, due: float) -> None:
+        if self.bidder is not None:
             self.bidder.late.append(time.monotonic() - due)
             self.bidder.answered += 1
-        if transport is None or transport.is_closing():
-            return
-        transport.write(payload)
-        if close:
-            self.closing = True
-            transport.close()
-
-    def _fail(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self.transport.write(_response("400 Bad Request", b'{"error":"bad request"}', True))
-            self.transport.close()
+        self.send(payload, close)
 
 
 async def serve(host: str, ports: list[int], control_port: int, delay: float, never: set[int], seed: int,

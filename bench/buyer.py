@@ -65,38 +65,50 @@ class Ledger:
                 "noKey": self.no_key, "first": self.first, "last": self.last}
 
 
-def _response(status: str, body: bytes, close: bool = False) -> bytes:
+def response(status: str, body: bytes, close: bool = False) -> bytes:
     head = (f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
             + ("Connection: close\r\n" if close else "") + "\r\n")
     return head.encode("latin-1") + body
 
 
-class BuyerProtocol(asyncio.Protocol):
-    __slots__ = ("ledger", "delay", "transport", "buf", "need", "pending", "closing")
+class RequestReader(asyncio.Protocol):
+    """The small HTTP/1.1 request reader both loopback buyers share (bench/bidders.py too): it reads
+    heads and Content-Length bodies off a kept-alive connection and hands each request to
+    `answer(method, target, key, close, body)`, `key` its Idempotency-Key. `keeps_body` False:
+    the body is skipped (b"" given), which the fast buyer wants."""
 
-    def __init__(self, ledger: Ledger, delay: float) -> None:
-        self.ledger = ledger
-        self.delay = delay
+    __slots__ = ("transport", "buf", "body", "need", "pending", "closing")
+    keeps_body = False
+
+    def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = b""
-        self.need = -1  # body bytes still to skip for the request being read; -1: reading a head
+        self.body = b""
+        self.need = -1  # body bytes still to read for the request being read; -1: reading a head
         self.pending: tuple[str, str, str | None, bool] | None = None
         self.closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+
     def data_received(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data
         while buf and not self.closing:
             if self.need >= 0:  # inside a body
                 if len(buf) < self.need:
+                    if self.keeps_body:
+                        self.body += buf
                     self.need -= len(buf)
                     buf = b""
                     break
+                if self.keeps_body:
+                    self.body += buf[:self.need]
                 buf = buf[self.need:]
                 self.need = -1
-                self._answer()
+                self._complete()
                 continue
             end = buf.find(b"\r\n\r\n")
             if end < 0:
@@ -136,37 +148,23 @@ class BuyerProtocol(asyncio.Protocol):
             elif lname == b"connection" and b"close" in value.lower():
                 close = True
         self.pending = (method, target, key, close)
+        self.body = b""
         self.need = length
         if length == 0:
             self.need = -1
-            self._answer()
+            self._complete()
         return True
 
-    def _answer(self) -> None:
+    def _complete(self) -> None:
         assert self.pending is not None
         method, target, key, close = self.pending
         self.pending = None
-        ledger = self.ledger
-        if target.startswith("/_buyer/"):
-            if target == "/_buyer/stats":
-                body = json.dumps(ledger.stats()).encode()
-            elif target == "/_buyer/keys":
-                body = json.dumps({"keys": ledger.keys}, separators=(",", ":")).encode()
-            elif target == "/_buyer/reset" and method == "POST":
-                ledger.reset()
-                body = b'{"ok":true}'
-            else:
-                body = b'{"error":"unknown control path"}'
-            self._send(_response("200 OK", body, close), close)
-            return
-        ledger.record(key, time.monotonic())
-        payload = _response("200 OK", b'{"id":"B-%d"}' % ledger.requests, close)
-        if self.delay > 0:
-            asyncio.get_running_loop().call_later(self.delay, self._send, payload, close)
-        else:
-            self._send(payload, close)
+        self.answer(method, target, key, close, self.body)
 
-    def _send(self, payload: bytes, close: bool) -> None:
+    def answer(self, method: str, target: str, key: str | None, close: bool, body: bytes) -> None:
+        raise NotImplementedError
+
+    def send(self, payload: bytes, close: bool) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
             return
@@ -178,11 +176,38 @@ class BuyerProtocol(asyncio.Protocol):
     def _fail(self) -> None:
         self.closing = True
         if self.transport is not None:
-            self.transport.write(_response("400 Bad Request", b'{"error":"bad request"}', True))
+            self.transport.write(response("400 Bad Request", b'{"error":"bad request"}', True))
             self.transport.close()
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
+
+class BuyerProtocol(RequestReader):
+    __slots__ = ("ledger", "delay")
+
+    def __init__(self, ledger: Ledger, delay: float) -> None:
+        super().__init__()
+        self.ledger = ledger
+        self.delay = delay
+
+    def answer(self, method: str, target: str, key: str | None, close: bool, body: bytes) -> None:
+        ledger = self.ledger
+        if target.startswith("/_buyer/"):
+            if target == "/_buyer/stats":
+                answer = json.dumps(ledger.stats()).encode()
+            elif target == "/_buyer/keys":
+                answer = json.dumps({"keys": ledger.keys}, separators=(",", ":")).encode()
+            elif target == "/_buyer/reset" and method == "POST":
+                ledger.reset()
+                answer = b'{"ok":true}'
+            else:
+                answer = b'{"error":"unknown control path"}'
+            self.send(response("200 OK", answer, close), close)
+            return
+        ledger.record(key, time.monotonic())
+        payload = response("200 OK", b'{"id":"B-%d"}' % ledger.requests, close)
+        if self.delay > 0:
+            asyncio.get_running_loop().call_later(self.delay, self.send, payload, close)
+        else:
+            self.send(payload, close)
 
 
 async def serve(host: str, port: int, delay: float) -> None:
