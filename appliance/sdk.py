@@ -69,7 +69,8 @@ class DeliveryRequest(msgspec.Struct, kw_only=True):
 class PingRequest(msgspec.Struct, kw_only=True):
     """One ask for a bid before a lead is sold at auction: the lead may be partial (a supplier's
     ping carries no contact fields). `endpoint.ping` says where and how; `timeout_seconds` is what
-    is left of the buyer's ping timeout and the round's (the worker gives up on the ping then)."""
+    is left of the buyer's ping timeout and the round's: an answer after it, or a TimeoutError,
+    counts as `timeout`, and a ping still running when the round closes is cancelled."""
 
     lead: dict[str, Any]
     auction_id: str               # the round; the same for every buyer pinged in it

@@ -166,6 +166,7 @@ class Refused(NamedTuple):
 
     outcome: str
     reason: str
+    timed_out: bool = False  # the endpoint's deadline passed before an answer
 
 
 class HttpDelivery(DeliveryAdapter):
@@ -174,6 +175,7 @@ class HttpDelivery(DeliveryAdapter):
     def __init__(self, *, ssl_context: ssl.SSLContext | None = None) -> None:
         """`ssl_context`: TLS settings and trusted CAs for https endpoints (default: certifi's CAs)."""
         self._client = http1.Client(ssl_context=ssl_context)
+        self._asking_kept: dict[tuple[int, float], tuple[DeliveryEndpoint, DeliveryEndpoint]] = {}
 
     def validate(self, endpoint: DeliveryEndpoint) -> list[str]:
         problems: list[str] = []
@@ -209,18 +211,35 @@ class HttpDelivery(DeliveryAdapter):
         endpoint, ping = request.endpoint, request.endpoint.ping
         if ping is None or ping.response_rules is None:
             return PingResult(outcome="error", reason="the endpoint has no ping")
-        sealed = {field.removeprefix("headers.") for field in request.secrets if field.startswith("headers.")}
-        headers = {name: value for name, value in endpoint.headers.items() if name.lower() in sealed}
-        asking = msgspec.structs.replace(
-            endpoint, url=ping.url, method=ping.method, body_format=ping.body_format,
-            headers={**headers, **ping.headers}, field_mapping=ping.field_mapping,
-            timeout_seconds=max(request.timeout_seconds, 0.001))
+        asking = self._asking(endpoint, request.secrets, max(request.timeout_seconds, 0.001))
         answer = await self._exchange(asking, request.lead, request.now, request.secrets,
                                       request.allow_private_addresses, None)
         if isinstance(answer, Refused):
+            if answer.timed_out:  # the caller records a ping without an answer in time as `timeout`
+                raise TimeoutError(answer.reason)
             return PingResult(outcome="error", reason=answer.reason)
         body, _ = _decoded(answer)
         return read_ping_answer(ping.response_rules, answer.status, body, answer.header("content-type"))
+
+    def _asking(self, endpoint: DeliveryEndpoint, secrets: dict[str, str], timeout: float) -> DeliveryEndpoint:
+        """The endpoint as its ping is sent (its URL, method, format, mapping; the endpoint's auth and
+        sealed headers with the ping's own), made once per endpoint and timeout: the worker and the
+        ping desk keep one endpoint object per config revision, and building it validates it."""
+        key = (id(endpoint), timeout)
+        kept = self._asking_kept.get(key)
+        if kept is not None and kept[0] is endpoint:
+            return kept[1]
+        ping = endpoint.ping
+        assert ping is not None
+        sealed = {field.removeprefix("headers.") for field in secrets if field.startswith("headers.")}
+        headers = {name: value for name, value in endpoint.headers.items() if name.lower() in sealed}
+        asking = msgspec.structs.replace(
+            endpoint, url=ping.url, method=ping.method, body_format=ping.body_format,
+            headers={**headers, **ping.headers}, field_mapping=ping.field_mapping, timeout_seconds=timeout)
+        if len(self._asking_kept) >= 1024:
+            self._asking_kept.clear()
+        self._asking_kept[key] = (endpoint, asking)  # the endpoint held: its id is not reused meanwhile
+        return asking
 
     async def _exchange(self, endpoint: DeliveryEndpoint, lead: dict[str, Any], now: datetime,
                         secrets: dict[str, str], allow_private_addresses: bool,
@@ -277,7 +296,7 @@ class HttpDelivery(DeliveryAdapter):
                 origin = http1.Origin(target.scheme, address, target.port, server_name)
                 return await self._client.send(origin, outgoing, max_body=MAX_RESPONSE_BYTES)
         except TimeoutError:
-            return Refused("error", f"timed out after {deadline:g} s")
+            return Refused("error", f"timed out after {deadline:g} s", timed_out=True)
         except http1.ConnectFailed as exc:
             return Refused("error", f"connection failed: {_short_error(exc)}")
         except http1.ProtocolError as exc:

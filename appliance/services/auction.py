@@ -2,7 +2,8 @@
 timeout and all under the round's deadline; a buyer with a fixed `bid` bids it without a ping.
 What each answered becomes a `Bid` (domain/auction.py says how answers are read and ranked).
 A buyer that has not answered when the round closes is cancelled and counts as `timeout`, so
-a buyer that never answers costs the round its deadline and nothing more. Nothing is written
+a buyer that never answers costs the round its deadline and nothing more; one that answers after
+its own ping timeout counts as `timeout` too. Nothing is written
 here: the caller records the round with its decision in one write transaction."""
 
 from __future__ import annotations
@@ -108,9 +109,10 @@ async def _ask(bidder: Bidder, auction_id: str, facts: dict[str, Any], deadline:
                           settings=registry.adapter_settings("delivery", adapter.name), timeout_seconds=limit,
                           allow_private_addresses=allow_private_addresses, now=started)
     scrub = opened.scrubber
+    # No deadline of its own here: the adapter is given `limit` (the built-in one keeps it), the
+    # round cancels what is still asking when it closes, and an answer later than `limit` loses.
     try:
-        async with asyncio.timeout(limit):
-            result = checked_ping_result(await adapter.ping(request, http))
+        result = checked_ping_result(await adapter.ping(request, http))
     except TimeoutError:
         return lost("timeout", f"no answer within {limit * 1000:.0f} ms")
     except Exception as exc:  # an adapter bug loses this bid, never the round
@@ -120,6 +122,8 @@ async def _ask(bidder: Bidder, auction_id: str, facts: dict[str, Any], deadline:
     elapsed = round((time.monotonic() - began) * 1000)
     if elapsed > deadline * 1000:
         return lost("timeout", f"answered after the round closed ({elapsed} ms)")
+    if elapsed > limit * 1000:
+        return lost("timeout", f"answered after its ping timeout ({elapsed} ms, {limit * 1000:.0f} ms allowed)")
     reason = scrub(result.reason if result.outcome != "bid" else None)
     return Bid(delivery_endpoint_id=endpoint_id, outcome=result.outcome, response_ms=elapsed,
                bid=result.bid if result.outcome == "bid" else None, reason=reason,

@@ -238,12 +238,13 @@ def auction_field(tx: Session, tenant_id: str, campaign: Campaign, distribution:
     skipped: list[Bid] = []
     blocks: list[Blocked] = []
     paused = 0
+    paused_now = tx.endpoints.paused_ids(tenant_id)
     for entry in waterfall(distribution):
         endpoint_id = entry.delivery_endpoint_id
         if endpoint_id not in passing:
             skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="the buyer's filter"))
             continue
-        if tx.endpoints.is_paused(tenant_id, endpoint_id):
+        if endpoint_id in paused_now:
             paused += 1
             skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="paused"))
             continue

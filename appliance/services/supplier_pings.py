@@ -87,10 +87,10 @@ async def ping(runtime: Runtime, settings: TenantSettings, principal: KeyRecord,
     facts = facts_of(lead)
     limits = ping_limit_checks(intake, source, now_dt)
     reader = runtime.store.reader()
-    _over_limit(reader, tenant_id, limits, now_dt)
-
     ping_id = new_id("png")
-    refused = _refused_at_intake(reader, runtime, tenant_id, intake, source, body, lead, now_dt)
+    with reader:  # one read transaction: SQLite starts each statement outside one with a cold page cache
+        _over_limit(reader, tenant_id, limits, now_dt)
+        refused = _refused_at_intake(reader, runtime, tenant_id, intake, source, body, lead, now_dt)
     campaign, record, offered, currency = intake, None, None, "USD"
     expires = now_dt + timedelta(seconds=FIXED_PAYOUT_TTL_SECONDS)
     if refused is None:
@@ -161,7 +161,8 @@ async def _round(runtime: Runtime, registry: Registry, http: httpx.AsyncClient, 
     auction = distribution.auction or Auction()
     now_dt = runtime.clock.now()
     reader = runtime.store.reader()
-    field = auction_field(reader, tenant_id, campaign, distribution, facts, settings.value_sets, now_dt)
+    with reader:
+        field = auction_field(reader, tenant_id, campaign, distribution, facts, settings.value_sets, now_dt)
     if not field.asked:
         return None, "no bid"
     bidders = []
@@ -173,8 +174,9 @@ async def _round(runtime: Runtime, registry: Registry, http: httpx.AsyncClient, 
                               facts=facts, registry=registry, http=http, clock=runtime.clock,
                               allow_private_addresses=runtime.config.delivery.allow_private_addresses)
     count = auction.max_winners if auction.mode == "shared" else 1
-    winners = take_room(runtime.store.reader(), tenant_id, runtime.clock.now(), campaign, distribution,
-                        ranked(record.bids), count)
+    with reader:
+        winners = take_room(reader, tenant_id, runtime.clock.now(), campaign, distribution, ranked(record.bids),
+                            count)
     record = msgspec.structs.replace(record, winners=[w for w, _ in winners], ping_id=ping_id,
                                      campaign_id=campaign.campaign_id)
     return record, None if winners else "no bid"
