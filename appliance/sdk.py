@@ -92,8 +92,9 @@ class DeliveryAdapter:
         return type(self).ping is not DeliveryAdapter.ping
 
     async def ping(self, request: PingRequest, http: httpx.AsyncClient) -> PingResult:
-        """Ask the buyer for a bid (optional; see the module's docstring)."""
-        raise NotImplementedError
+        """Ask the buyer for a bid (optional; see the module's docstring). An adapter that does not
+        answer auctions loses every round it is pinged in, with this reason."""
+        return PingResult(outcome="error", reason=f"delivery adapter {self.name!r} cannot ping")
 
     def validate(self, endpoint: DeliveryEndpoint) -> list[str]:
         """Problems with an endpoint's configuration for this adapter, as `"<field>: <problem>"`."""

@@ -20,6 +20,7 @@ from appliance.domain.delivery_mapping import (
 )
 from appliance.domain.endpoint import PingResponseRules
 from appliance.domain.rules import MISSING
+from appliance.model import Model
 
 PingOutcome = Literal["bid", "no_bid", "error"]
 BidOutcome = Literal["bid", "no_bid", "below_floor", "timeout", "error", "skipped"]
@@ -216,11 +217,38 @@ def payout(winning_bid: float, margin: AuctionMargin | None) -> float:
 CENT = Decimal("0.01")
 
 
+class BidShown(Model):
+    """A bid as the API and the journey event show it: without the ping token."""
+    delivery_endpoint_id: str
+    outcome: BidOutcome
+    bid: float | None
+    response_ms: int | None
+    reason: str | None
+
+
+class AuctionShown(Model):
+    """A round as GET /api/v1/leads/{leadId}/auctions lists it and the `auction` event carries it."""
+    auction_id: str
+    submission_id: str | None
+    started_at: str
+    ended_at: str
+    duration_ms: int
+    mode: Literal["exclusive", "shared"]
+    floor: float
+    currency: str
+    bids: list[BidShown]
+    winners: list[str]
+
+
+def shown(record: AuctionRecord) -> AuctionShown:
+    return AuctionShown(
+        auction_id=record.auction_id, submission_id=record.submission_id, started_at=record.started_at,
+        ended_at=record.ended_at, duration_ms=record.duration_ms, mode=record.mode, floor=record.floor,
+        currency=record.currency, winners=list(record.winners),
+        bids=[BidShown(delivery_endpoint_id=b.delivery_endpoint_id, outcome=b.outcome, bid=b.bid,
+                       response_ms=b.response_ms, reason=b.reason) for b in record.bids])
+
+
 def summary(record: AuctionRecord) -> dict[str, Any]:
-    """The record as the API and the journey event show it (ping tokens left out)."""
-    return {"auctionId": record.auction_id, "submissionId": record.submission_id, "startedAt": record.started_at,
-            "endedAt": record.ended_at, "durationMs": record.duration_ms, "mode": record.mode,
-            "floor": record.floor, "currency": record.currency,
-            "bids": [{"deliveryEndpointId": b.delivery_endpoint_id, "outcome": b.outcome, "bid": b.bid,
-                      "responseMs": b.response_ms, "reason": b.reason} for b in record.bids],
-            "winners": list(record.winners)}
+    """The round as the `auction` journey event's details carry it."""
+    return msgspec.to_builtins(shown(record))

@@ -102,8 +102,6 @@ async def _ask(bidder: Bidder, auction_id: str, facts: dict[str, Any], deadline:
         return lost("error", "the endpoint's stored credentials are missing: " + ", ".join(opened.missing))
     if adapter is None:
         return lost("error", f"no delivery adapter named {opened.endpoint.adapter!r}")
-    if not adapter.can_ping:
-        return lost("error", f"delivery adapter {adapter.name!r} cannot ping")
     limit = min(opened.endpoint.ping.timeout_ms / 1000, deadline)
     request = PingRequest(lead=facts, auction_id=auction_id, endpoint=opened.endpoint, secrets=opened.secrets,
                           settings=registry.adapter_settings("delivery", adapter.name), timeout_seconds=limit,

@@ -13,9 +13,10 @@ from typing import Any
 import msgspec
 
 from appliance.clock import iso
+from appliance.domain.auction import shown as auction_shown
 from appliance.domain.report import ReportSummary
 from appliance.runtime import Runtime
-from appliance.services import endpoints, lead_auctions, reports, sms, webhooks
+from appliance.services import endpoints, reports, sms, webhooks
 from appliance.services.endpoints import EndpointItem
 from appliance.storage import ConsoleSessionRecord, KeyRecord, LeadFilter, LedgerFilter, Session
 
@@ -136,7 +137,7 @@ class LeadView:
     files: list[dict[str, Any]]
     messages: list[Any]
     ledger: list[dict[str, Any]]
-    auctions: list[Any]  # its auction rounds, newest first (services/lead_auctions.LeadAuction)
+    auctions: list[Any]  # its auction rounds, newest first (domain/auction.AuctionShown)
 
 
 def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None:
@@ -149,7 +150,7 @@ def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None
         submissions = [msgspec.json.decode(d) for d in tx.leads.submission_docs_of(tenant_id, lead_id)]
         files = [msgspec.json.decode(d) for d in tx.files.docs_of(tenant_id, lead_id)]
         ledger = tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id), 200)
-        auctions = [lead_auctions.shown(record) for record in tx.auctions.of_lead(tenant_id, lead_id, None, 50)]
+        auctions = [auction_shown(record) for record in tx.auctions.of_lead(tenant_id, lead_id, None, 50)]
     attempts = [DeliveryAttempt(e.get("timestamp"), e["type"], (e.get("details") or {}).get("deliveryEndpointId"),
                                 (e.get("details") or {}).get("statusCode"), e.get("reason"))
                 for s in submissions for e in s.get("journeyEvents", ()) if e.get("type") in _DELIVERY_EVENTS]

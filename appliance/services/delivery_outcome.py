@@ -84,12 +84,9 @@ def record_answer(tx: Session, clock: Clock, attempt: Attempt, result: DeliveryR
 
 
 def _another_sale_stands(tx: Session, attempt: Attempt) -> bool:
-    """A lead sold at a shared auction is several sales: one that fails leaves the lead as the
-    others make it (delivered when one was, else waiting for those still under way)."""
-    if attempt.sale is None:
-        return False
-    submission = attempt.loaded.submission_in(tx, attempt.job.tenant_id) or attempt.submission
-    return submission.status == "delivered" or tx.jobs.has_other_open_job(
+    """A lead sold at a shared auction is several sales: one that fails while others are still
+    under way leaves the lead to them (one already delivered keeps it delivered: `settle`)."""
+    return attempt.sale is not None and tx.jobs.has_other_open_job(
         attempt.job.submission_id, attempt.job.job_id, "deliver")
 
 

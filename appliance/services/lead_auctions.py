@@ -4,48 +4,16 @@ stay in storage."""
 
 from __future__ import annotations
 
-from typing import Literal
-
-from appliance.domain.auction import AuctionRecord, BidOutcome
+from appliance.domain.auction import AuctionShown, shown
 from appliance.errors import NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
 
 
-class AuctionBid(Model):
-    delivery_endpoint_id: str
-    outcome: BidOutcome
-    bid: float | None
-    response_ms: int | None
-    reason: str | None
-
-
-class LeadAuction(Model):
-    auction_id: str
-    submission_id: str | None
-    started_at: str
-    ended_at: str
-    duration_ms: int
-    mode: Literal["exclusive", "shared"]
-    floor: float
-    currency: str
-    bids: list[AuctionBid]
-    winners: list[str]
-
-
 class LeadAuctionPage(Model):
-    items: list[LeadAuction]
+    items: list[AuctionShown]
     next_cursor: str | None
     has_more: bool
-
-
-def shown(record: AuctionRecord) -> LeadAuction:
-    return LeadAuction(
-        auction_id=record.auction_id, submission_id=record.submission_id, started_at=record.started_at,
-        ended_at=record.ended_at, duration_ms=record.duration_ms, mode=record.mode, floor=record.floor,
-        currency=record.currency, winners=list(record.winners),
-        bids=[AuctionBid(delivery_endpoint_id=b.delivery_endpoint_id, outcome=b.outcome, bid=b.bid,
-                         response_ms=b.response_ms, reason=b.reason) for b in record.bids])
 
 
 def lead_auctions(runtime: Runtime, tenant_id: str, lead_id: str, before: str | None, limit: int) -> LeadAuctionPage:
