@@ -89,9 +89,10 @@ class Deliveries:
             await self.write(job, lambda tx: settle(tx, clock, attempt, None, "disqualified", problem,
                                                     job_state="done"))
             return None
-        record: AuctionRecord | None = None
-        if job.endpoint_id is not None and sells_at_auction(campaign):  # a won bid's post: its round
-            record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
+        # The submission's latest round, read once: the round a won bid's post sells from, the
+        # supplier's ping that held one already, or the last round without a bid.
+        record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id) \
+            if sells_at_auction(campaign) else None
         if record is not None and record.mode == "shared" and job.endpoint_id in record.winners[1:]:
             # Another buyer's share of a lead sold already: the campaign's limits and hours took it once.
             candidates, checks = {campaign.campaign_id: campaign}, {campaign.campaign_id: ([], None)}
@@ -111,7 +112,7 @@ class Deliveries:
             return None
         attempt = reserved.attempt
         if chosen is AUCTION:
-            chosen, record = await self._auction(attempt, reserved.campaign, http)
+            chosen, record = await self._auction(attempt, reserved.campaign, http, record)
             if chosen is STOPPED:
                 return None
         target = chosen if isinstance(chosen, str) else await self._campaign_endpoint(attempt, reserved.campaign, named)
@@ -119,8 +120,6 @@ class Deliveries:
             return None
         expired_bid = None
         if target is not None and sells_at_auction(reserved.campaign):
-            if record is None:  # a won bid's post retried or resumed: its round as recorded
-                record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
             attempt = replace(attempt, sale=sale_of(record, target))
             if record is not None and expired(record, attempt.now):
                 expired_bid = DeliveryResult(outcome="failure", reason=f"the bid of {target} expired (bids stand "
@@ -202,21 +201,21 @@ class Deliveries:
 
     # ---- the buyer from an auction ---------------------------------------------------------------
 
-    async def _auction(self, attempt: Attempt, campaign: Campaign,
-                       http: httpx.AsyncClient) -> tuple[str | object, AuctionRecord | None]:
-        """A new round for the lead's first try; after a winner refused it (or its buyer was
-        paused), the same round's next standing bid. The buyer, or STOPPED; and the round."""
+    async def _auction(self, attempt: Attempt, campaign: Campaign, http: httpx.AsyncClient,
+                       held: AuctionRecord | None) -> tuple[str | object, AuctionRecord | None]:
+        """A new round for the lead's first try (or the round a supplier's ping `held`); after a
+        winner refused it (or its buyer was paused), the same round's next standing bid. The
+        buyer, or STOPPED; and the round it is sold from."""
         job, clock = attempt.job, self.runtime.clock
         distribution = campaign.delivery.distribution
         assert distribution is not None
         shared = distribution.auction is not None and distribution.auction.mode == "shared"
         if job.endpoint_id and shared:  # a shared sale's buyer, paused: its post waits for the resume
             parked = await self.write(job, lambda tx: park(tx, clock, attempt, job.endpoint_id, attempted=False))
-            return (STOPPED if parked else job.endpoint_id), None
+            return (STOPPED if parked else job.endpoint_id), held
         if job.tried or job.endpoint_id:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
-            return chosen, None
-        held = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id)
+            return chosen, held
         if held is not None and held.ping_id is not None and held.campaign_id == campaign.campaign_id:
             # The supplier's ping held the round already (for the campaign the lead went to).
             return await self.write(job, lambda tx: sell_at_auction(tx, clock, attempt, campaign, distribution, held))
