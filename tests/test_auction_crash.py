@@ -52,7 +52,7 @@ import pytest
 from tests.buyer_server import BuyerServer, Received, Reply
 from tests.conftest import Cli
 from tests.processes import alive, running_delivery_pid, stop_process
-from tests.test_crash_safety import Server, _db_check, _open_jobs
+from tests.test_crash_safety import Acked, Server, _db_check, _load_and_kill, _open_jobs
 
 pytestmark = pytest.mark.sqlite_only
 
@@ -72,14 +72,6 @@ CAMPAIGN = "AUCX1"
 BIDDERS = ("a", "b")
 LATE = "late"
 WHO = {"server": "the server", "delivery": "the delivery process", "both": "the server and its delivery process"}
-
-
-@dataclass(frozen=True)
-class Acked:
-    lead_id: str
-    submission_id: str
-    status: str
-    cycle: int
 
 
 @dataclass(frozen=True)
@@ -195,59 +187,12 @@ def _bundle(buyers: Buyers) -> dict:
 
 # ---- the load ----------------------------------------------------------------------------------
 
-_serial = itertools.count(1)
-
 
 def _body(n: int) -> dict:
     # Every 4th lead is in NY, which the campaign disqualifies: never pinged, never posted.
     return {"campaignId": CAMPAIGN, "firstName": "ada", "lastName": "lovelace", "email": f"auction.{n}@example.com",
             "phone": f"+1415{3_000_000 + n:07d}", "address": {"state": "NY" if n % 4 == 0 else "CA"},
             "customFields": {"n": n}}
-
-
-async def _load_and_kill(base_url: str, key: str, pids: list[int], kill_after: float, cycle: int,
-                         config: Path | None = None) -> tuple[list[Acked], Counter]:
-    """As test_crash_safety._load_and_kill, at a pace the auction keeps up with (SUBMITTERS
-    tasks, SUBMIT_PAUSE s between submits); SIGKILL each of `pids` at once."""
-    acked: list[Acked] = []
-    errors: Counter = Counter()
-    server_killed = config is None
-    killed, stopped, first_ack = asyncio.Event(), asyncio.Event(), asyncio.Event()
-
-    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(10.0, connect=5.0),
-                                 headers={"X-API-Key": key}) as client:
-        async def worker() -> None:
-            while not stopped.is_set():
-                try:
-                    response = await client.post("/api/v1/leads/submit", json=_body(next(_serial)))
-                except httpx.HTTPError as exc:
-                    if server_killed and killed.is_set():
-                        errors[type(exc).__name__] += 1  # in flight at the kill: not acknowledged
-                        return
-                    errors[f"server up: {type(exc).__name__}"] += 1
-                    continue
-                if response.status_code == 201:
-                    data = response.json()["data"]
-                    acked.append(Acked(data["leadId"], data["submissionId"], data["status"], cycle))
-                    first_ack.set()
-                else:
-                    errors[f"server up: HTTP {response.status_code}"] += 1
-                await asyncio.sleep(SUBMIT_PAUSE)
-
-        async def killer() -> None:
-            await asyncio.wait_for(first_ack.wait(), timeout=15)
-            await asyncio.sleep(kill_after)
-            for pid in pids:
-                os.kill(pid, signal.SIGKILL)
-            killed.set()
-            if config is not None:  # submits go on while the server starts a new delivery process
-                await asyncio.to_thread(running_delivery_pid, config, other_than=pids[0])
-                await asyncio.sleep(AFTER_RESTART)
-            stopped.set()
-
-        await asyncio.wait_for(asyncio.gather(killer(), *(worker() for _ in range(SUBMITTERS))),
-                               timeout=kill_after + 45)
-    return acked, errors
 
 
 async def _get_all(base_url: str, key: str, paths: list[str]) -> dict[str, tuple[int, Any]]:
@@ -472,7 +417,8 @@ def test_sigkill_during_auctions_sells_every_lead_once(tmp_path: Path) -> None:
             delivery = running_delivery_pid(config)
             if victim in ("server", "both"):
                 pids = [server.proc.pid, delivery] if victim == "both" else [server.proc.pid]
-                acked, errors = asyncio.run(_load_and_kill(server.url, key, pids, kill_after, cycle))
+                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, pids, kill_after, cycle, body=_body,
+                                                              tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
                 server.proc.wait(10)
                 assert server.proc.returncode == -signal.SIGKILL
                 deadline = time.monotonic() + 15
@@ -480,7 +426,8 @@ def test_sigkill_during_auctions_sells_every_lead_once(tmp_path: Path) -> None:
                     assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
                     time.sleep(0.05)
             else:
-                acked, errors = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config))
+                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config,
+                                                              body=_body, tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
                 assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
                 assert not alive(delivery)
             killed.append(victim)

@@ -40,6 +40,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,11 +149,13 @@ def _body(n: int) -> dict:
             "customFields": {"n": n}}
 
 
-async def _load_and_kill(base_url: str, key: str, pid: int, kill_after: float, cycle: int,
-                         config: Path | None = None) -> tuple[list[Acked], Counter, int]:
-    """Submit with CONCURRENCY tasks; `kill_after` s after the first 201, SIGKILL `pid`. The server
-    (no `config`): the requests in flight fail and the load ends. The delivery process (`config`
-    given): the load goes on until doctor lists the new delivery process the server started, and
+async def _load_and_kill(base_url: str, key: str, pids: list[int], kill_after: float, cycle: int,
+                         config: Path | None = None, *, body: Callable[[int], dict] = _body,
+                         tasks: int = CONCURRENCY, pause: float = 0.0) -> tuple[list[Acked], Counter, int]:
+    """Submit `body(n)` with `tasks` tasks (`pause` s between one task's submits); `kill_after` s
+    after the first 201, SIGKILL each of `pids` at once. The server among them (no `config`): the
+    requests in flight fail and the load ends. The delivery process (`config` given, its pid
+    first): the load goes on until doctor lists the new delivery process the server started, and
     AFTER_RESTART s more. Returns (acknowledged, errors by kind, requests sent)."""
     acked: list[Acked] = []
     errors: Counter = Counter()
@@ -161,7 +164,7 @@ async def _load_and_kill(base_url: str, key: str, pid: int, kill_after: float, c
     stopped = asyncio.Event()
     first_ack = asyncio.Event()
     sent = 0
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    limits = httpx.Limits(max_connections=tasks, max_keepalive_connections=tasks)
     timeout = httpx.Timeout(10.0, connect=5.0)
 
     async with httpx.AsyncClient(base_url=base_url, limits=limits, timeout=timeout,
@@ -171,7 +174,7 @@ async def _load_and_kill(base_url: str, key: str, pid: int, kill_after: float, c
             while not stopped.is_set():
                 sent += 1
                 try:
-                    response = await client.post("/api/v1/leads/submit", json=_body(next(_serial)))
+                    response = await client.post("/api/v1/leads/submit", json=body(next(_serial)))
                 except httpx.HTTPError as exc:
                     if server_killed and killed.is_set():
                         errors[type(exc).__name__] += 1  # in flight at the kill: not acknowledged
@@ -184,18 +187,21 @@ async def _load_and_kill(base_url: str, key: str, pid: int, kill_after: float, c
                     first_ack.set()
                 else:
                     errors[f"server up: HTTP {response.status_code}"] += 1
+                if pause:
+                    await asyncio.sleep(pause)
 
         async def killer() -> None:
             await asyncio.wait_for(first_ack.wait(), timeout=15)  # the window opens with the first 201
             await asyncio.sleep(kill_after)
-            os.kill(pid, signal.SIGKILL)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
             killed.set()
             if config is not None:  # submits go on while the server starts a new delivery process
-                await asyncio.to_thread(running_delivery_pid, config, other_than=pid)
+                await asyncio.to_thread(running_delivery_pid, config, other_than=pids[0])
                 await asyncio.sleep(AFTER_RESTART)
             stopped.set()
 
-        await asyncio.wait_for(asyncio.gather(killer(), *(worker() for _ in range(CONCURRENCY))),
+        await asyncio.wait_for(asyncio.gather(killer(), *(worker() for _ in range(tasks))),
                                timeout=kill_after + 45)
     return acked, errors, sent
 
@@ -308,7 +314,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
             kill_after = round(rng.uniform(*KILL_WINDOW), 3)
             delivery = running_delivery_pid(config)
             if victim == "server":
-                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, server.proc.pid, kill_after, cycle))
+                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, [server.proc.pid], kill_after, cycle))
                 server.proc.wait(10)
                 assert server.proc.returncode == -signal.SIGKILL
                 # It holds the folder's lock: no restart before it has ended by itself.
@@ -317,7 +323,7 @@ def test_sigkill_under_submit_load_loses_nothing_and_delivers_every_qualified_le
                     assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
                     time.sleep(0.05)
             else:
-                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, delivery, kill_after, cycle, config))
+                acked, errors, sent = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config))
                 assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
                 assert not alive(delivery)
             killed.append(victim)
