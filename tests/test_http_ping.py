@@ -28,6 +28,7 @@ from appliance.domain.endpoint import DeliveryEndpoint, fill_credentials, split_
 from appliance.sdk import PingRequest, PingResult
 from tests.buyer_server import BuyerServer, free_port
 from tests.http_helpers import LEAD, make_endpoint
+from tests.test_http_delivery import timed
 
 SECRET = "s3cr3t-Value-9f8e7d"
 
@@ -90,12 +91,6 @@ def ping(fields: dict[str, Any], lead: dict[str, Any] | None = None, *, allow_pr
             await adapter.aclose()
 
     return asyncio.run(run())
-
-
-def timed(fn, *args, **kwargs) -> tuple[Any, float]:  # type: ignore[no-untyped-def]
-    start = time.monotonic()
-    result = fn(*args, **kwargs)
-    return result, time.monotonic() - start
 
 
 def answered(buyer: BuyerServer, body: Any, status: int = 200, rules: dict | None = None, **reply: Any) -> PingResult:
