@@ -15,8 +15,8 @@ from litestar.types import Message, Receive, Scope, Send
 
 from appliance import __version__, logs
 from appliance.api import (
-    activity, auctions, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pings,
-    pixels, reports, sms, submissions, suppression, webhooks,
+    activity, auctions, audit, campaigns, catalog, endpoints, files, health, imports, leads, ledger, metrics, openapi, pings,
+    pixels, reports, sms, submissions, suppression, users, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY, nul_in_url
@@ -61,6 +61,7 @@ class ApplianceApp(Litestar):
         state = scope.setdefault("state", {})
         logs.bind_request(rid, state)
         state["request_id"] = rid
+        state["client"] = scope.get("client")  # (address, port): the audit log's `ip`
         header = (b"x-request-id", rid.encode())
         status_seen = 500
         # Every answer under /admin carries the console's headers, also a 404 or 405 of a path no
@@ -111,7 +112,7 @@ class ApplianceApp(Litestar):
             runtime.activity.append((
                 iso(runtime.clock.now()),
                 principal.tenant_id if principal else None,
-                principal.key_id if principal else None,
+                principal.id if principal else None,
                 scope["method"],
                 route,
                 status_seen,
@@ -162,8 +163,8 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
     app = ApplianceApp(
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
-                        *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *imports.ROUTES, *auctions.ROUTES,
-                        *pings.ROUTES,
+                        *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *audit.ROUTES, *imports.ROUTES,
+                        *auctions.ROUTES, *pings.ROUTES, *users.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled), console.router()],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ create a database or a master key (and `restore` a database from a backup)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -23,7 +24,9 @@ import click
 import msgspec
 
 from appliance import __version__, logs
-from appliance.services import tenancy
+from appliance.domain.permissions import ADMIN, KEY_ROLES, ROLES
+from appliance.errors import ApiError
+from appliance.services import tenancy, users
 from appliance.services.bundle import BundleError, format_from_filename
 from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
@@ -68,6 +71,8 @@ def admin_command(fn: Callable) -> Callable:
             return fn(runtime, *args, **kwargs)
         except tenancy.AdminError as exc:
             _fail(exc.problems)
+        except ApiError as exc:  # a service's refusal, as the API would answer it
+            _fail(exc.details or exc.message)
         except BundleError as exc:
             _fail(exc.problems)
         except (StorageError, SecretError) as exc:
@@ -245,25 +250,27 @@ def demo(ctx: click.Context, host: str | None, port: int | None) -> None:
         except OSError as exc:
             _fail(f"cannot create {exc.filename or config.data_dir}: {exc.strerror}")
         try:
-            tenant_id, key = ensure_demo_tenant(runtime)
+            made = ensure_demo_tenant(runtime)
         finally:
             runtime.close()
-        return lambda base_url: _demo_banner(tenant_id, key, base_url)
+        return lambda base_url: _demo_banner(made, base_url)
 
     _serve(config, host, port, setup)
 
 
-def _demo_banner(tenant_id: str, key: str, base_url: str) -> None:
+def _demo_banner(made: Any, base_url: str) -> None:
     from appliance.services.demo import DEMO_LEAD
 
-    click.echo(f"demo tenant {tenant_id}")
+    key = made.key
+    click.echo(f"demo tenant {made.tenant_id}")
     click.echo(f"API key (shown once): {key}")
     click.echo("submit a lead (the demo buyer inside the appliance takes it within a second):")
     click.echo(f"  curl -s -X POST -H 'X-API-Key: {key}' -H 'Content-Type: application/json' "
                f"{base_url}/api/v1/leads/submit -d '{json.dumps(DEMO_LEAD, separators=(',', ':'))}'")
     click.echo("then see it delivered:")
     click.echo(f"  curl -s -H 'X-API-Key: {key}' {base_url}/api/v1/leads")
-    click.echo(f"admin console (sign in with the key): {base_url}/admin/")
+    click.echo(f"admin console: choose the demo owner's password at {base_url}{made.setup_path}")
+    click.echo(f"  (the link works once), then sign in at {base_url}/admin/ as {made.owner}")
     click.echo(f"API docs: {base_url}/schema/swagger (OpenAPI document: {base_url}/schema/openapi.json)")
 
 
@@ -299,12 +306,15 @@ def key() -> None:
 @click.option("--tenant", "tenant_id", required=True, help="tenantId from `tenant create`.")
 @click.option("--name", default="", help="What the key is for.")
 @click.option("--source", "source_id", default=None, help="Bind the key to this ingestion source (submit only).")
+@click.option("--role", type=click.Choice(KEY_ROLES), default=ADMIN, show_default=True,
+              help="What a tenant key may do (docs/api.md: roles).")
 @click.option("--json", "as_json", is_flag=True)
 @admin_command
-def key_create(runtime: Runtime, tenant_id: str, name: str, source_id: str | None, as_json: bool) -> None:
-    new = tenancy.create_key(runtime, tenant_id, name=name, source_id=source_id)
+def key_create(runtime: Runtime, tenant_id: str, name: str, source_id: str | None, role: str, as_json: bool) -> None:
+    new = tenancy.create_key(runtime, tenant_id, name=name, source_id=source_id, role=role)
     data = {"keyId": new.key_id, "key": new.key, "prefix": new.prefix, "tenantId": new.tenant_id,
-            "kind": new.kind, "sourceId": new.source_id, "name": new.name}
+            "kind": new.kind, "sourceId": new.source_id, "name": new.name,
+            "role": None if new.kind == "source" else new.role}
     _emit(as_json, data, f"{new.key}\n(key id {new.key_id}; the key is shown only now)")
 
 
@@ -314,10 +324,11 @@ def key_create(runtime: Runtime, tenant_id: str, name: str, source_id: str | Non
 @admin_command
 def key_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
     rows = runtime.store.reader().tenants.list_keys(tenant_id)
-    data = [{"keyId": r.key_id, "name": r.name, "kind": r.kind, "sourceId": r.source_id, "prefix": r.prefix,
+    data = [{"keyId": r.key_id, "name": r.name, "kind": r.kind, "role": None if r.kind == "source" else r.role,
+             "sourceId": r.source_id, "prefix": r.prefix,
              "createdAt": r.created_at, "revokedAt": r.revoked_at, "lastUsedAt": r.last_used_at} for r in rows]
     _emit(as_json, data, "\n".join(
-        f"{r.key_id}\t{r.prefix}...\t{r.kind}\t{'revoked' if r.revoked_at else 'active'}\t{r.last_used_at or 'never used'}"
+        f"{r.key_id}\t{r.prefix}...\t{r.kind if r.kind == 'source' else r.role}\t{'revoked' if r.revoked_at else 'active'}\t{r.last_used_at or 'never used'}"
         for r in rows))
 
 
@@ -331,6 +342,82 @@ def key_revoke(runtime: Runtime, key_or_id: str, as_json: bool) -> None:
     key_id, tenant_id = tenancy.revoke_key(runtime, key_or_id)
     _emit(as_json, {"keyId": key_id, "tenantId": tenant_id, "revoked": True},
           f"revoked {key_id} (tenant {tenant_id})")
+
+
+@main.group()
+def user() -> None:
+    """People of a tenant: add (a one-time setup link to choose a password), list, reset, disable."""
+
+
+def _user_of(runtime: Runtime, tenant_id: str, email: str) -> str:
+    from appliance.domain.normalize import normalize_email  # noqa: PLC0415 - only these commands need it
+    found = runtime.store.reader().users.by_email(tenant_id, normalize_email(email))
+    if found is None:
+        _fail(f"tenant {tenant_id} has no user with the email {email}")
+    return found.user_id
+
+
+@user.command("add")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--email", required=True)
+@click.option("--role", type=click.Choice(ROLES), required=True)
+@click.option("--name", default="")
+@click.option("--client", "client_id", default=None, help="The buyer's clientId (role buyer).")
+@click.option("--supplier", "supplier_id", default=None, help="The supplier's sourceId (role supplier).")
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def user_add(runtime: Runtime, tenant_id: str, email: str, role: str, name: str, client_id: str | None,
+             supplier_id: str | None, as_json: bool) -> None:
+    """Prints the user's setup link: give it to the person, who chooses a password there (24 h, once)."""
+    tenancy.require_tenant(runtime, tenant_id)
+    made = asyncio.run(users.create(runtime, tenant_id, "cli", None, users.NewUser(
+        email=email, name=name, role=role, client_id=client_id, supplier_id=supplier_id)))
+    _emit(as_json, {"userId": made.user_id, "email": made.email, "name": made.name, "role": made.role,
+                    "setupUrl": made.setup_url},
+          f"{made.setup_url}\n(user {made.user_id}, {made.role}; the link works once, for 24 hours)")
+
+
+@user.command("list")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def user_list(runtime: Runtime, tenant_id: str, as_json: bool) -> None:
+    tenancy.require_tenant(runtime, tenant_id)
+    found, after = [], None
+    while True:
+        listed = users.page(runtime, tenant_id, after, 100)
+        found += listed.items
+        if not listed.has_more:
+            break
+        after = listed.next_cursor
+    _emit(as_json, [msgspec.to_builtins(u) for u in found], "\n".join(
+        f"{u.user_id}\t{u.email}\t{u.role}\t{'active' if u.active else 'disabled'}\t"
+        f"{'2fa' if u.two_factor else 'no 2fa'}\t{u.last_sign_in_at or 'never signed in'}" for u in found))
+
+
+@user.command("reset-password")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--email", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def user_reset_password(runtime: Runtime, tenant_id: str, email: str, as_json: bool) -> None:
+    """A new setup link; the old password stops working and the user's sessions end."""
+    tenancy.require_tenant(runtime, tenant_id)
+    link = asyncio.run(users.reset_password(runtime, tenant_id, "cli", None, user_id=_user_of(runtime, tenant_id, email)))
+    _emit(as_json, {"userId": link.user_id, "email": link.email, "setupUrl": link.setup_url},
+          f"{link.setup_url}\n(user {link.user_id}; the link works once, for 24 hours)")
+
+
+@user.command("disable")
+@click.option("--tenant", "tenant_id", required=True)
+@click.option("--email", required=True)
+@click.option("--json", "as_json", is_flag=True)
+@admin_command
+def user_disable(runtime: Runtime, tenant_id: str, email: str, as_json: bool) -> None:
+    """The user can no longer sign in; its sessions end."""
+    tenancy.require_tenant(runtime, tenant_id)
+    done = asyncio.run(users.disable(runtime, tenant_id, "cli", None, _user_of(runtime, tenant_id, email)))
+    _emit(as_json, msgspec.to_builtins(done), f"disabled {done.user_id} ({done.email})")
 
 
 @main.group()
@@ -442,7 +529,8 @@ def suppress(runtime: Runtime, tenant_id: str, list_id: str, file: str, remove: 
         rows = suppression.open_csv(runtime, tenant_id, list_id, data)
         with click.progressbar(length=max(data.count(b"\n"), 1), label="rows", file=sys.stderr,
                                hidden=not sys.stderr.isatty()) as bar:
-            report = suppression.load_rows(runtime, list_id, rows, remove=remove, progress=bar.update)
+            report = suppression.load_rows(runtime, tenant_id, list_id, rows, remove=remove,
+                                            progress=bar.update)
     except NotFound:
         _fail(f"no suppression list {list_id} in tenant {tenant_id}")
     except suppression.CsvProblem as exc:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -40,8 +41,13 @@ class ServerConfig(Settings):
     # PEM files: both set, the server answers HTTPS only (SIGHUP loads them again, appliance/tls.py).
     tls_cert_file: str = ""
     tls_key_file: str = ""
+    # The address people and providers reach the server at (a proxy's, say), for the links it
+    # hands out (users' setup links); empty: this server's own scheme, host and port.
+    public_url: str = ""
 
     def __post_init__(self) -> None:
+        if self.public_url and not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", self.public_url):
+            invalid("public_url", "must be an http(s) URL without a query, e.g. https://leads.example.com")
         if not 1 <= self.port <= 65535:
             invalid("port", "must be a port number from 1 to 65535")
         if self.log_level not in LOG_LEVELS:
@@ -295,10 +301,13 @@ class DefaultsConfig(Settings):
 
 class RetentionConfig(Settings):
     ping_days: int = 7  # suppliers' pings (and the rounds of those never posted) are kept this long
+    audit_days: int = 365  # the audit log's entries
 
     def __post_init__(self) -> None:
         if not 1 <= self.ping_days <= 3650:
             invalid("ping_days", "must be between 1 and 3650")
+        if not 1 <= self.audit_days <= 36500:
+            invalid("audit_days", "must be between 1 and 36500")
 
 
 class Config(Settings):

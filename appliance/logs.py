@@ -43,6 +43,16 @@ def bind_request(request_id: str, state: dict) -> None:
 _REQUEST_STATE = "_state"
 
 
+def request_origin() -> tuple[str | None, str | None]:
+    """(request id, client address) of the request being served; (None, None) outside one."""
+    ids = _context.get()
+    if not ids:
+        return None, None
+    state = ids.get(_REQUEST_STATE)
+    client = state.get("client") if state is not None else None  # type: ignore[attr-defined]
+    return ids.get("requestId"), client[0] if client else None
+
+
 def bound() -> dict[str, str]:
     ids = _context.get()
     if not ids:

@@ -2,7 +2,7 @@
 default 1,000,000, over the last year, each with its ~1.5 KB document, a submission and its
 report counts; built by its `generate`, or reused with --work DIR --reuse), then each page timed
 through the real app
-(Litestar TestClient, signed in with a session cookie: routing, the session check, the services,
+(Litestar TestClient, a person signed in with a session cookie: routing, the session check, the services,
 the template): the overview, the leads list (first page, a page filtered by status and campaign,
 a month by date, a search by email, by phone and by name), a lead's page, the review queue and
 the failures page. First call on a fresh store (empty SQLite
@@ -18,7 +18,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import sys
 import tempfile
 from urllib.parse import urlencode
@@ -31,6 +30,7 @@ from appliance.app import create_app
 from appliance.clock import iso
 from appliance.config import load_config
 from appliance.runtime import create_runtime
+from bench.people import person, sign_in_page
 from bench.report import timed
 from bench.volume import checkpoint, generate, setup
 
@@ -49,7 +49,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="appliance-console-"))
     work.mkdir(parents=True, exist_ok=True)
-    runtime, tenant_id, key = setup(work)
+    runtime, tenant_id, _ = setup(work)
     meta = work / "build.json"
     if args.reuse and meta.exists():
         build = json.loads(meta.read_text())
@@ -80,10 +80,9 @@ def main() -> None:
         ("failures", "/admin/failures"),
     ]
     results = []
+    person(runtime, tenant_id)
     with TestClient(create_app(runtime, background=False), raise_server_exceptions=True) as client:
-        token = re.search(r'name="csrf" value="([^"]+)"', client.get("/admin/sign-in").text).group(1)
-        signed = client.post("/admin/sign-in", data={"csrf": token, "apiKey": key}, follow_redirects=False)
-        assert signed.status_code == 303, signed.text
+        sign_in_page(client)
         for label, path in pages:
             def fetch(path: str = path) -> None:
                 answer = client.get(path)

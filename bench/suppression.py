@@ -80,7 +80,7 @@ def run(work: Path, entries: int, checks: int) -> None:
     runtime = create_runtime(config)
     try:
         tenant_id = tenancy.create_tenant(runtime, "Bench")
-        made = asyncio.run(suppression.create(runtime, tenant_id, SuppressionListCreate(name="Opt-outs")))
+        made = asyncio.run(suppression.create(runtime, tenant_id, "cli", SuppressionListCreate(name="Opt-outs")))
     finally:
         runtime.close()
     csv_file = work / "optouts.csv"

@@ -42,7 +42,7 @@ def test_approved_from_pending_qualifies_and_schedules_delivery(api, runtime, te
     assert envelope["success"] is True
     assert envelope["data"] == {"leadId": data["leadId"], "approval": {
         "status": "approved", "campaignId": "HR1", "decidedAt": "2026-03-10T15:05:00.000Z",
-        "decidedBy": tenant.key_id, "reason": "looks fine"}}
+        "decidedBy": f"key:{tenant.key_id}", "reason": "looks fine"}}
     lead = read_lead(api, runtime, tenant, data["leadId"])
     assert lead["status"] == "qualified"
     assert lead["approval"]["status"] == "approved"

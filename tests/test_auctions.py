@@ -28,7 +28,7 @@ from tests.bundles import campaign
 from tests.buyer_server import BuyerServer, Reply
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock, clock  # noqa: F401 (the clock fixture)
-from tests.test_console import sign_in
+from tests.people import sign_in
 from tests.worker_helpers import (
     endpoint,
     lead_body,
@@ -890,7 +890,7 @@ def test_the_console_lead_page_shows_the_auction_with_its_bids_and_winner(live, 
     data = submit(live, tenant, lead_body("AU1"))
     wait_for(live, tenant, data["leadId"], status_is("delivered", "failed"))
     auction_id = auctions(live, tenant, data["leadId"])["items"][0]["auctionId"]
-    sign_in(live, tenant.key)
+    sign_in(live, tenant)
     page = live.get(f"/admin/leads/{data['leadId']}")
     assert page.status_code == 200
     found = re.search(r"<h2>Auctions</h2>(.*?)</section>", page.text, re.DOTALL)
@@ -913,7 +913,7 @@ def test_the_console_lead_page_has_no_auctions_card_without_a_round(live, runtim
         campaign("PL1", "Plain", delivery={"deliveryEndpointId": "ep"})]})
     data = submit(live, tenant, lead_body("PL1"))
     wait_for(live, tenant, data["leadId"], status_is("delivered"))
-    sign_in(live, tenant.key)
+    sign_in(live, tenant)
     page = live.get(f"/admin/leads/{data['leadId']}")
     assert page.status_code == 200 and "<h2>Auctions</h2>" not in page.text
 
@@ -923,7 +923,7 @@ def test_the_console_escapes_what_a_buyer_answered(live, runtime, buyer):
     tenant = auction_tenant(runtime, [http_buyer(buyer, "odd", {})])
     data = submit(live, tenant, lead_body("AU1"))
     wait_for(live, tenant, data["leadId"], status_is("delivered", "failed"))
-    sign_in(live, tenant.key)
+    sign_in(live, tenant)
     page = live.get(f"/admin/leads/{data['leadId']}").text
     assert "<script>alert(1)</script>" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page  # the reason is shown, escaped

@@ -30,6 +30,8 @@ BODIES = {
     ("POST", "/api/v1/webhooks"): b'{"url":"https://hooks.example.com/x","description":"%s"}',
     ("POST", "/api/v1/leads/redeliver"): b'{"status":"failed","deliveryEndpointId":"%s"}',
     ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
+    ("POST", "/api/v1/users"): b'{"email":"x@example.com","role":"viewer","name":"%s"}',
+    ("PATCH", "/api/v1/users/{userId}"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists/{listId}/entries"): b'{"add":["%s@example.com"]}',
     ("POST", "/api/v1/endpoints/{deliveryEndpointId}/pause"): b'{"reason":"%s"}',
@@ -43,6 +45,7 @@ SPOILED_FIELD = {
     "/api/v1/leads/{leadId}/deliver": "campaignId", "/api/v1/submissions/{submissionId}": "result",
     "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
     "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
+    "/api/v1/users": "name", "/api/v1/users/{userId}": "name",
     "/api/v1/suppression-lists": "name", "/api/v1/suppression-lists/{listId}/entries": "add[0]",
     "/api/v1/endpoints/{deliveryEndpointId}/pause": "reason", "/api/v1/endpoints/{deliveryEndpointId}/resume": "reason",
 }

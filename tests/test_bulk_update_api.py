@@ -89,7 +89,7 @@ def test_status_change_moves_latest_submission_and_cancels_jobs(client, tenant, 
     assert submission["status"] == "rejected"
     last = submission["journeyEvents"][-1]
     assert last["type"] == "status_changed" and last["reason"] == "bulk update"
-    assert last["details"] == {"previous": "qualified", "status": "rejected", "keyId": tenant.key_id}
+    assert last["details"] == {"previous": "qualified", "status": "rejected", "actor": f"key:{tenant.key_id}"}
     assert [s for _, s, _ in reader.jobs.jobs_of(target["submissionId"])] == ["cancelled"]
     # rejected is repostable, and the status filter sees it
     listed = client.get("/api/v1/leads?status=rejected", headers=tenant.headers).json()["data"]["leads"]

@@ -14,28 +14,12 @@ from tests.bundles import campaign
 from tests.buyer_server import wait_until
 from tests.conftest import make_tenant
 from tests.submit_support import api, clock  # noqa: F401 (fixtures)
+from tests.people import add_person, csrf_of, sign_in, sign_in_as
 from tests.servers import person
 from tests.worker_helpers import endpoint, lead_body, live_app, status_is, wait_for
 
-_TOKEN = re.compile(r'name="csrf" value="([^"]+)"')
 PAGES = ("/admin/", "/admin/leads", "/admin/review", "/admin/failures", "/admin/endpoints", "/admin/webhooks",
-         "/admin/reports", "/admin/import")
-
-
-def csrf_of(html: str) -> str:
-    found = _TOKEN.search(html)
-    assert found, html[:500]
-    return found.group(1)
-
-
-def sign_in(client, key: str) -> str:
-    """Signs the client in; returns the session's CSRF token."""
-    token = csrf_of(client.get("/admin/sign-in").text)
-    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": key}, follow_redirects=False)
-    assert answer.status_code == 303 and answer.headers["location"] == "/admin", answer.text
-    page = client.get("/admin/")
-    assert page.status_code == 200
-    return csrf_of(page.text)
+         "/admin/reports", "/admin/import", "/admin/account", "/admin/users", "/admin/audit")
 
 
 def submit(client, tenant, **fields) -> str:
@@ -55,45 +39,46 @@ def test_pages_need_a_session(client):
 
 
 def test_sign_in_sets_a_strict_http_only_cookie_and_every_page_answers(client, tenant):
+    someone = add_person(client, tenant, "admin")
     token = csrf_of(client.get("/admin/sign-in").text)
-    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "email": someone.email, "password": someone.password},
+                         follow_redirects=False)
     cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie.replace("Strict", "strict") and "Path=/admin" in cookie
     assert "Max-Age=43200" in cookie and "Secure" not in cookie  # plain HTTP here: no Secure
-    assert tenant.key not in cookie
+    assert someone.password not in cookie
     for path in PAGES:
         page = client.get(path)
         assert page.status_code == 200, (path, page.text[:300])
         assert page.headers["content-type"].startswith("text/html")
         assert page.headers["x-frame-options"] == "DENY" and page.headers["cache-control"] == "no-store"
         assert "default-src 'none'" in page.headers["content-security-policy"]
-        assert tenant.key not in page.text
+        assert tenant.key not in page.text and someone.password not in page.text
     css = client.get("/admin/static/console.css")
     assert css.status_code == 200 and "text/css" in css.headers["content-type"]
 
 
-def test_wrong_and_source_keys_are_refused(client, runtime, tenant):
+def test_api_keys_no_longer_open_the_console(client, runtime, tenant):
     token = csrf_of(client.get("/admin/sign-in").text)
-    wrong_key = tenant.key[:-1] + ("y" if tenant.key.endswith("x") else "x")  # one character off
-    wrong = client.post("/admin/sign-in", data={"csrf": token, "apiKey": wrong_key})
-    assert wrong.status_code == 401 and "not a live API key" in wrong.text
-    assert wrong.headers["WWW-Authenticate"] == 'APIKey realm="appliance", header="X-API-Key"'
-    source = tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src").key
-    refused = client.post("/admin/sign-in", data={"csrf": csrf_of(wrong.text), "apiKey": source})
-    assert refused.status_code == 403 and "source key" in refused.text
+    for key in (tenant.key, tenancy.create_key(runtime, tenant.tenant_id, source_id="A-src").key):
+        refused = client.post("/admin/sign-in", data={"csrf": token, "apiKey": key})
+        assert refused.status_code == 400 and "email address and your password" in refused.text
+        token = csrf_of(refused.text)
+        assert key not in refused.text
     assert signed_out(client.get("/admin/", follow_redirects=False))
 
 
 def test_sign_in_without_its_form_token_is_refused(client, tenant):
+    someone = add_person(client, tenant, "viewer")
     client.get("/admin/sign-in")
-    for data in ({"apiKey": tenant.key}, {"apiKey": tenant.key, "csrf": "forged"}):
-        answer = client.post("/admin/sign-in", data=data)
+    for data in ({}, {"csrf": "forged"}):
+        answer = client.post("/admin/sign-in", data={**data, "email": someone.email, "password": someone.password})
         assert answer.status_code == 403 and "refused" in answer.text
     assert signed_out(client.get("/admin/", follow_redirects=False))
 
 
 def test_forms_without_the_sessions_token_are_refused(client, tenant):
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     lead_id = submit(client, tenant)
     for path in ("/admin/sign-out", f"/admin/leads/{lead_id}/repost", f"/admin/leads/{lead_id}/decision",
                  "/admin/endpoints/A-ep/pause", "/admin/failures/repost"):
@@ -106,7 +91,7 @@ def test_forms_without_the_sessions_token_are_refused(client, tenant):
 
 
 def test_import_form_without_the_token_is_refused(client, tenant):
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     answer = client.post("/admin/import", data={"campaignId": "AC01"},
                          files={"file": ("leads.csv", b"email\nx@example.com\n", "text/csv")})
     assert answer.status_code == 403
@@ -114,7 +99,7 @@ def test_import_form_without_the_token_is_refused(client, tenant):
 
 
 def test_sign_out_ends_the_session_on_the_server(client, tenant):
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     old = client.cookies.get("console_session")
     answer = client.post("/admin/sign-out", data={"csrf": token}, follow_redirects=False)
     assert signed_out(answer)
@@ -122,14 +107,19 @@ def test_sign_out_ends_the_session_on_the_server(client, tenant):
     assert signed_out(client.get("/admin/", follow_redirects=False))
 
 
-def test_a_revoked_key_ends_its_sessions(client, runtime, tenant):
-    sign_in(client, tenant.key)
-    tenancy.revoke_key(runtime, tenant.key_id)
+def test_a_revoked_key_leaves_sessions_alone_and_a_disabled_user_ends_them(client, runtime, tenant):
+    someone = add_person(client, tenant, "reviewer")
+    sign_in_as(client, someone)
+    other_key = tenancy.create_key(runtime, tenant.tenant_id, name="spare")
+    tenancy.revoke_key(runtime, tenant.key_id)  # people's sessions do not hang on any key
+    assert client.get("/admin/leads").status_code == 200
+    disabled = client.delete(f"/api/v1/users/{someone.user_id}", headers={"X-API-Key": other_key.key})
+    assert disabled.status_code == 200 and disabled.json()["data"]["active"] is False
     assert signed_out(client.get("/admin/leads", follow_redirects=False))
 
 
 def test_a_session_expires_after_12_hours(api, runtime, tenant, clock):  # noqa: F811 (the fixtures)
-    sign_in(api, tenant.key)
+    sign_in(api, tenant)
     clock.advance(hours=11, minutes=59)
     assert api.get("/admin/").status_code == 200
     clock.advance(minutes=2)
@@ -138,7 +128,7 @@ def test_a_session_expires_after_12_hours(api, runtime, tenant, clock):  # noqa:
 
 def test_another_tenants_lead_is_answered_as_a_missing_one(client, runtime, tenant, other_tenant):
     theirs = submit(client, other_tenant, campaignId="OC01")
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     missing = client.get("/admin/leads/lead_01ZZZZZZZZZZZZZZZZZZZZZZZZ")
     foreign = client.get(f"/admin/leads/{theirs}")
     assert missing.status_code == foreign.status_code == 404
@@ -153,7 +143,7 @@ def test_another_tenants_lead_is_answered_as_a_missing_one(client, runtime, tena
 def test_lead_search_and_a_script_named_lead_shown_as_text(client, tenant):
     lead_id = submit(client, tenant, firstName="<script>alert(1)</script>", email="findme@example.com")
     other = submit(client, tenant, email="someone@example.com", phone="+14155550199")
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     found = client.get("/admin/leads", params={"search": "FindMe@example.com"}).text
     assert lead_id in found and other not in found
     page = client.get(f"/admin/leads/{lead_id}").text
@@ -169,7 +159,7 @@ def test_review_queue_approve_and_reject(client, runtime, tenant):
         "delivery": {"deliveryEndpointId": "A-ep"}}]}).encode(), "json")
     first, second = submit(client, tenant, campaignId="REV"), submit(client, tenant, campaignId="REV",
                                                                      email="second@example.com", phone="+14155550142")
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     queue = client.get("/admin/review").text
     assert first in queue and second in queue
     no_reason = client.post(f"/admin/leads/{second}/decision", data={"csrf": token, "decision": "rejected"})
@@ -194,7 +184,7 @@ def test_a_decision_that_comes_too_late_is_refused_on_a_page_that_says_why(runti
     with live_app(runtime, tmp_path) as client:
         leads = {script: client.post(SUBMIT, json=lead_body("REV", script), headers=tenant.headers).json()["data"]["leadId"]
                  for script in ("sleep:3", "success", "failure")}
-        token = sign_in(client, tenant.key)
+        token = sign_in(client, tenant)
         queue = client.get("/admin/review").text
         assert all(lead_id in queue for lead_id in leads.values())
         for lead_id in leads.values():
@@ -224,7 +214,7 @@ def test_a_decision_that_comes_too_late_is_refused_on_a_page_that_says_why(runti
 
 
 def test_endpoint_pause_and_resume(client, tenant):
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     answer = client.post("/admin/endpoints/A-ep/pause", data={"csrf": token, "reason": "buyer asked"})
     assert answer.status_code == 200 and "buyer asked" in answer.text and "Resume A-ep" in answer.text
     item = client.get("/api/v1/endpoints", headers=tenant.headers).json()["data"]["items"][0]
@@ -237,7 +227,7 @@ def test_endpoint_pause_and_resume(client, tenant):
 
 def test_reports_page_and_csv(client, tenant):
     submit(client, tenant)
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     page = client.get("/admin/reports", params={"groupBy": "campaign"})
     assert page.status_code == 200 and "Auto Accident West" in page.text and "<svg" in page.text
     csv = client.get("/admin/reports.csv", params={"groupBy": "campaign"})
@@ -247,7 +237,7 @@ def test_reports_page_and_csv(client, tenant):
 
 
 def test_csv_import_with_progress_and_row_errors(client, tenant):
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     rows = b"firstName,lastName,email,phone\nAnn,Lee,ann@example.com,+14155550101\nBob,Ray,not-an-email,\n"
     answer = client.post("/admin/import", data={"csrf": token, "campaignId": "AC01", "process": "true"},
                          files={"file": ("leads.csv", rows, "text/csv")}, follow_redirects=False)
@@ -262,7 +252,7 @@ def test_csv_import_with_progress_and_row_errors(client, tenant):
     assert re.search(r'<td class="num">2</td><td>[^<]*email: must be a valid email address', page.text)
     other = make_tenant(client.app.state.runtime, "Third")
     client.cookies.clear()
-    sign_in(client, other.key)
+    sign_in(client, other)
     assert client.get(progress).status_code == 404
 
 
@@ -278,14 +268,16 @@ def test_the_cookie_is_secure_over_tls(runtime, tenant):
     from appliance.app import create_app
 
     with TestClient(create_app(runtime, background=False), base_url="https://console.example") as tls:
+        someone = add_person(tls, tenant)
         token = csrf_of(tls.get("/admin/sign-in").text)
-        answer = tls.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+        answer = tls.post("/admin/sign-in", data={"csrf": token, "email": someone.email, "password": someone.password},
+                          follow_redirects=False)
         cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
         assert "Secure" in cookie and "HttpOnly" in cookie
 
 
 def test_refused_actions_answer_pages_that_say_why(client, tenant):
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     lead_id = submit(client, tenant)  # qualified, its delivery queued: not a lead to send again
     cases = [
         ("/admin/endpoints/A-ep/explode", {}, 404, "Not found"),
@@ -305,9 +297,10 @@ def test_refused_actions_answer_pages_that_say_why(client, tenant):
 
 
 def test_the_cookie_is_secure_behind_a_tls_proxy_that_says_so(client, tenant):
+    someone = add_person(client, tenant)
     token = csrf_of(client.get("/admin/sign-in").text)
-    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False,
-                         headers={"X-Forwarded-Proto": "https"})
+    answer = client.post("/admin/sign-in", data={"csrf": token, "email": someone.email, "password": someone.password},
+                         follow_redirects=False, headers={"X-Forwarded-Proto": "https"})
     cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
     assert "Secure" in cookie
 
@@ -322,9 +315,9 @@ def test_every_answer_under_admin_carries_the_console_headers(client, tenant):
 
 
 def test_signing_in_again_ends_the_session_before(client, tenant):
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     first = client.cookies.get("console_session")
-    sign_in(client, tenant.key)
+    sign_in(client, tenant)
     assert client.cookies.get("console_session") != first
     client.cookies.clear()
     client.cookies.set("console_session", first)
@@ -335,7 +328,7 @@ def test_signing_in_again_ends_the_session_before(client, tenant):
 def test_an_endpoint_whose_id_needs_escaping_can_be_paused_from_its_page(client, runtime, tenant):
     tenancy.import_bundle(runtime, tenant.tenant_id, json.dumps({"deliveryEndpoints": [
         {"deliveryEndpointId": "east #2?", "url": "https://east.example.com/in"}]}).encode(), "json")
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     page = client.get("/admin/endpoints").text
     action = re.search(r'action="(/admin/endpoints/east[^"]*/pause)"', page).group(1)
     assert action == "/admin/endpoints/east%20%232%3F/pause"
@@ -345,7 +338,7 @@ def test_an_endpoint_whose_id_needs_escaping_can_be_paused_from_its_page(client,
 
 
 def test_sending_many_again_says_how_many_went(client, tenant):
-    token = sign_in(client, tenant.key)
+    token = sign_in(client, tenant)
     lead_id = submit(client, tenant)  # qualified, not failed: it cannot be sent again
     answer = client.post("/admin/failures/repost", data={"csrf": token, "status": "failed", "leadId": lead_id})
     assert answer.status_code == 200
@@ -373,7 +366,9 @@ def test_secure_cookies_makes_the_cookies_secure_on_plain_http(config_file):
 
 
 def test_without_tls_the_cookie_is_not_marked_secure(client, tenant):
+    someone = add_person(client, tenant)
     token = csrf_of(client.get("/admin/sign-in").text)
-    answer = client.post("/admin/sign-in", data={"csrf": token, "apiKey": tenant.key}, follow_redirects=False)
+    answer = client.post("/admin/sign-in", data={"csrf": token, "email": someone.email, "password": someone.password},
+                         follow_redirects=False)
     cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
     assert "Secure" not in cookie  # a browser on http://127.0.0.1 would drop a Secure cookie

@@ -11,6 +11,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -96,14 +97,24 @@ def test_console_in_chromium(chromium, server, runtime, tmp_path):
         def shot(name: str) -> None:
             page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
-        # A wrong key is refused; the tenant key signs in.
+        # A new person chooses a password at the setup link an admin made; a wrong password is refused.
+        made = api.post("/api/v1/users", json={"email": "desk@example.com", "name": "Desk", "role": "admin"})
+        assert made.status_code == 201, made.text
+        page.goto(server + urlsplit(made.json()["data"]["setupUrl"]).path)  # the link names the configured port
+        page.get_by_label("New password").fill("a long browser passphrase")
+        page.get_by_label("The same password again").fill("a long browser passphrase")
+        page.get_by_role("button", name="Set password").click()
+        expect(page).to_have_url(f"{server}/admin/sign-in?notice=password_set")
+        shot("setup-done")
         page.goto(f"{server}/admin/")
         expect(page).to_have_url(f"{server}/admin/sign-in")
-        page.get_by_label("Tenant API key").fill(tenant.key[:-2] + ("yy" if tenant.key.endswith("zz") else "zz"))
+        page.get_by_label("Email").fill("desk@example.com")
+        page.get_by_label("Password").fill("not the passphrase at all")
         page.get_by_role("button", name="Sign in").click()
-        expect(page.get_by_role("alert")).to_contain_text("not a live API key")
+        expect(page.get_by_role("alert")).to_contain_text("do not match an active account")
         shot("sign-in-refused")
-        page.get_by_label("Tenant API key").fill(tenant.key)
+        page.get_by_label("Email").fill("desk@example.com")
+        page.get_by_label("Password").fill("a long browser passphrase")
         page.get_by_role("button", name="Sign in").click()
         expect(page.get_by_role("heading", name="Overview", exact=True)).to_be_visible()
         assert page.locator("svg[role=img]").count() == 1
@@ -194,7 +205,7 @@ def test_console_in_chromium(chromium, server, runtime, tmp_path):
 
         # Sign out: the old cookie no longer opens a page.
         old = [c for c in context.cookies() if c["name"] == "console_session"]
-        assert old and tenant.key not in json.dumps(context.cookies())
+        assert old and "a long browser passphrase" not in json.dumps(context.cookies())
         page.get_by_role("button", name="Sign out").click()
         expect(page).to_have_url(f"{server}/admin/sign-in")
         context.add_cookies(old)

@@ -5,13 +5,16 @@ the demo buyer inside the appliance."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shlex
 import subprocess
 import time
 
+import httpx
 import pytest
 
+from tests.people import csrf_of
 from tests.processes import appliance_command, free_port, stop_process, wait_healthy
 
 
@@ -49,5 +52,17 @@ def test_the_demo_banner_curl_lines_work_and_the_lead_is_delivered(tmp_path, bac
             assert leads[0]["leadId"] == submitted["leadId"]
             again = run(commands[0])["data"]  # pasted twice, or on the next demo start: not a duplicate
             assert again["status"] == "qualified" and again["leadId"] != submitted["leadId"], again
+            # The console line: the owner's setup link, then a sign-in that shows the lead.
+            link = re.search(r"password at (http://\S+/admin/setup/\S+)", log.read_text()).group(1)
+            owner = re.search(r"sign in at \S+ as (\S+)", log.read_text()).group(1)
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10) as browser:
+                form = browser.get(link)
+                assert form.status_code == 200 and owner in form.text
+                browser.post(link, data={"csrf": csrf_of(form.text), "password": "demo passphrase 1",
+                                         "repeat": "demo passphrase 1"})
+                page = browser.get("/admin/sign-in")
+                browser.post("/admin/sign-in", data={"csrf": csrf_of(page.text), "email": owner,
+                                                     "password": "demo passphrase 1"})
+                assert submitted["leadId"] in browser.get("/admin/leads").text
         finally:
             stop_process(proc)

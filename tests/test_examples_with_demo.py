@@ -69,9 +69,12 @@ def test_the_examples_import_into_a_running_demo_and_reach_the_demo_buyer(tmp_pa
             demo_key = _banner_value(log, r"^API key \(shown once\): (\S+)$")
 
             # The banner names the console and the API docs; both are served, with their files.
-            console = _banner_value(log, r"^admin console.*: (\S+)$")
+            setup = _banner_value(log, r"^admin console: choose the demo owner's password at (\S+)$")
+            console = _banner_value(log, r"then sign in at (\S+) as \S+$")
             docs = _banner_value(log, r"^API docs: (\S+)")
             assert console == f"{base}/admin/" and docs == f"{base}/schema/swagger", log.read_text()
+            assert setup.startswith(f"{base}/admin/setup/"), log.read_text()
+            assert httpx.get(setup, timeout=10).status_code == 200
             sign_in = httpx.get(console, follow_redirects=True, timeout=10)
             assert sign_in.status_code == 200 and 'name="csrf"' in sign_in.text, sign_in.text[:300]
             stylesheet = httpx.get(f"{base}/admin/static/console.css", timeout=10)

@@ -80,7 +80,7 @@ def test_a_status_change_follows_through_to_the_latest_submission(client, tenant
     assert submission["status"] == "rejected"
     last = submission["journeyEvents"][-1]
     assert last["type"] == "status_changed" and last["details"] == {"previous": lead["status"],
-                                                                    "status": "rejected", "keyId": tenant.key_id}
+                                                                    "status": "rejected", "actor": f"key:{tenant.key_id}"}
     # the same status again adds no event
     again = data(patch(client, tenant, lead["leadId"], {"status": "rejected"}))
     assert len(again["submissions"][-1]["journeyEvents"]) == len(submission["journeyEvents"])

@@ -83,7 +83,8 @@ def test_activity_is_the_tenants_request_log_newest_first(client, runtime, tenan
         ("tests", "GET", "/api/v1/leads/{leadId}", 200),
         ("tests", "POST", "/api/v1/leads/submit", 201),
     ]
-    assert set(items[0]) == {"keyName", "method", "route", "status", "durationMs", "createdAt", "requestId"}
+    assert set(items[0]) == {"keyName", "actor", "method", "route", "status", "durationMs", "createdAt", "requestId"}
+    assert items[0]["actor"] == f"key:{second.key_id}" and items[1]["actor"] == f"key:{tenant.key_id}"
     assert all(i["durationMs"] >= 0 and i["createdAt"].endswith("Z") for i in items)
     theirs = data(activity(client, other_tenant))["items"]
     assert [(i["route"], i["status"]) for i in theirs] == [("/api/v1/campaigns", 200)]

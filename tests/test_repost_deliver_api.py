@@ -133,7 +133,7 @@ def test_simple_retry_creates_a_qualified_repost_submission_and_a_job(api, runti
     (event,) = events_of(new, "repost")
     assert event["reason"] == f"simple retry after {status}"
     assert event["details"]["mode"] == "simple"
-    assert event["details"]["requestedBy"] == tenant.key_id
+    assert event["details"]["requestedBy"] == f"key:{tenant.key_id}"
     assert event["details"]["previousSubmissionId"] == first["submissionId"]
     assert "deliveryEndpointId" not in event["details"]
     assert jobs(runtime, new_id) == [("deliver", "ready")]
@@ -184,7 +184,7 @@ def test_reposting_a_rejected_lead_approves_it_and_does_not_hold_it_again(api, r
     lead = read_lead(api, runtime, tenant, data["leadId"])
     assert lead["status"] == "qualified"
     assert lead["approval"] == {"status": "approved", "campaignId": "HR1", "decidedAt": "2026-03-10T15:01:00.000Z",
-                                "decidedBy": tenant.key_id, "reason": "approved by repost"}
+                                "decidedBy": f"key:{tenant.key_id}", "reason": "approved by repost"}
     new = lead["submissions"][-1]
     assert (new["flowType"], new["status"], new["campaign"]["campaignId"]) == ("repost", "qualified", "HR1")
     assert events_of(new, "approval_approved")[0]["details"]["previous"] == "rejected"
@@ -426,7 +426,7 @@ def test_deliver_a_lead_held_by_an_intake_action(api, runtime, tenant, clock):
         new_id, 2, "manual_delivery", "qualified")
     assert new["routing"]["routingMethod"] == "manual" and new["routing"]["wasRouted"] is False
     assert new["qualification"]["method"] == "rules" and new["qualification"]["passed"] is True
-    assert events_of(new, "manual_delivery")[0]["details"]["requestedBy"] == tenant.key_id
+    assert events_of(new, "manual_delivery")[0]["details"]["requestedBy"] == f"key:{tenant.key_id}"
     assert jobs(runtime, new_id) == [("deliver", "ready")]
 
 

@@ -86,7 +86,7 @@ def test_a_delivered_lead_is_returned_and_its_revenue_reversed(live, runtime, cl
     assert len(returned) == 1 and returned[0]["reason"] == "wrong number"
     assert returned[0]["timestamp"] == "2026-03-15T15:00:00.000Z"
     assert returned[0]["details"]["note"] == "buyer called twice"
-    assert returned[0]["details"]["returnedBy"] == tenant.key_id
+    assert returned[0]["details"]["returnedBy"] == f"key:{tenant.key_id}"
     listed = live.get("/api/v1/leads?status=returned", headers=tenant.headers).json()["data"]["leads"]
     assert [item["leadId"] for item in listed] == [data["leadId"]]
 

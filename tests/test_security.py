@@ -70,6 +70,8 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     client.post(f"/api/v1/suppression-lists/{their_list}/entries", json={"add": ["jane2@example.com"]},
                 headers=other_tenant.headers)
     client.post("/api/v1/endpoints/O-ep/pause", json={"reason": "theirs"}, headers=other_tenant.headers)
+    their_user = client.post("/api/v1/users", json={"email": "theirs@example.com", "role": "viewer"},
+                             headers=other_tenant.headers).json()["data"]["userId"]
     their_import = client.post("/api/v1/leads/import", headers=other_tenant.headers, data={
         "campaignId": "OC01", "process": "false"}, files={"file": ("a.csv", "email\nx@example.com\n")}
         ).json()["data"]["importId"]
@@ -106,10 +108,14 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("POST", "/api/v1/suppression-lists/{listId}/entries"): {"remove": ["jane2@example.com"]},
         ("POST", "/api/v1/endpoints/{deliveryEndpointId}/pause"): {"reason": "mine now"},
         ("POST", "/api/v1/endpoints/{deliveryEndpointId}/resume"): {},
+        ("GET", "/api/v1/users/{userId}"): None,
+        ("PATCH", "/api/v1/users/{userId}"): {"role": "owner", "active": False},
+        ("DELETE", "/api/v1/users/{userId}"): None,
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
-                   webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep", importId=their_import)
+                   webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep", importId=their_import,
+                   userId=their_user)
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.
@@ -139,6 +145,9 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     assert "OC0" not in listed and "O-q1" not in listed
     assert client.get("/api/v1/webhooks", headers=h).json()["data"]["items"] == []
     assert client.get("/api/v1/suppression-lists", headers=h).json()["data"]["items"] == []
+    assert client.get("/api/v1/users", headers=h).json()["data"]["items"] == []
+    mine_audited = json.dumps(client.get("/api/v1/audit", headers=h).json()["data"]["items"])
+    assert their_user not in mine_audited and "theirhook" not in mine_audited and their_list not in mine_audited
     assert [e["deliveryEndpointId"] for e in client.get("/api/v1/endpoints", headers=h).json()["data"]["items"]] \
         == ["A-ep"]
 
@@ -261,7 +270,7 @@ def test_keys_are_stored_and_looked_up_by_sha256_only(runtime, tenant):
     conn = engine(runtime.store).reader()
     (stored,) = conn.execute("SELECT key_hash FROM api_keys WHERE key_id = ?", (tenant.key_id,)).fetchone()
     assert bytes(stored) == hashlib.sha256(tenant.key.encode()).digest()
-    assert runtime.store.reader().tenants.find_active_key(bytes(stored)).key_id == tenant.key_id
+    assert runtime.store.reader().tenants.find_active_key(bytes(stored)).id == tenant.key_id
     assert runtime.store.reader().tenants.find_active_key(hashlib.sha256(b"other").digest()) is None
 
 

@@ -201,6 +201,12 @@ def test_cli_loads_a_csv_and_reports_bad_rows(cli, client, runtime, tmp_path):
     assert client.get(f"{LISTS}/{list_id}", headers=tenant.headers).json()["data"]["count"] == 6
     removed = cli.json("suppress", "--tenant", tenant.tenant_id, "--list", list_id, "--remove", str(single))
     assert removed["removed"] == 2 and removed["count"] == 4
+    loads = client.get("/api/v1/audit", params={"actor": "cli", "action": "suppression.entries_change"},
+                       headers=tenant.headers).json()["data"]["items"]
+    assert [(e["target"], e["after"]) for e in loads] == [
+        (list_id, {"removed": 2, "from": "csv"}), (list_id, {"added": 2, "from": "csv"}),
+        (list_id, {"added": 4, "from": "csv"})]
+    assert "dave@example.com" not in json.dumps(loads)
 
 
 @pytest.mark.parametrize("case, says, code", [

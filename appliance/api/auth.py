@@ -10,8 +10,9 @@ from typing import Any
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from appliance import apikeys
+from appliance.domain import permissions
 from appliance.errors import Forbidden, RateLimited, Unauthorized
-from appliance.storage import KeyRecord, Store
+from appliance.storage import Principal, Store
 
 SUBMIT_PATH = "/api/v1/leads/submit"
 PING_PATH = "/api/v1/leads/ping"
@@ -50,9 +51,9 @@ class KeyCache:
         self.ttl = ttl
         self.max_entries = max_entries
         self._epoch: int | None = None
-        self._entries: dict[bytes, tuple[KeyRecord, float]] = {}
+        self._entries: dict[bytes, tuple[Principal, float]] = {}
 
-    def lookup(self, key_hash: bytes) -> KeyRecord | None:
+    def lookup(self, key_hash: bytes) -> Principal | None:
         signal = self.store.changes
         if signal is None:
             return self.store.reader().tenants.find_active_key(key_hash)
@@ -80,9 +81,10 @@ def header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> KeyRecord:
-    """The key of the request, checked: known and live (401), a source key only on submit and ping (403),
-    within its rate limit (429). Also records it as the request's principal."""
+def authenticate(scope: Scope, app_state: Any, path_template: str | None, operation: str) -> Principal:
+    """The key of the request, checked: known and live (401), a source key only on submit and ping,
+    a tenant key's role enough for the operation (403), within its rate limit (429). Also records
+    it as the request's principal."""
     key = (header(scope, b"x-api-key") or b"").decode("latin-1").strip()
     # Imported source keys need not be in our format, so any plausible key is looked up.
     if not apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH:
@@ -91,10 +93,21 @@ def authenticate(scope: Scope, app_state: Any, path_template: str | None) -> Key
     if record is None:
         raise Unauthorized()
     scope["state"]["principal"] = record  # also what the log context reads the tenant from
-    if record.kind == "source" and path_template not in SOURCE_PATHS:
-        raise Forbidden()
-    app_state["limiter"].check(record.key_id)
+    if record.kind == "source":
+        if path_template not in SOURCE_PATHS:
+            raise Forbidden()
+    else:
+        check_role(record, operation)
+    app_state["limiter"].check(record.id)
     return record
+
+
+def check_role(who: Principal, operation: str) -> None:
+    """403 naming the role needed when `who`'s role is short of what `operation` needs."""
+    needed = permissions.needed_for(operation)
+    if not permissions.allows(who.role, needed):
+        raise Forbidden([f"role: {needed} or above is needed; the caller is {who.role}"],
+                        message=f"This needs the {needed} role (or above); the caller's role is {who.role}")
 
 
 def auth_middleware(app: ASGIApp) -> ASGIApp:
@@ -103,11 +116,16 @@ def auth_middleware(app: ASGIApp) -> ASGIApp:
         # Console pages (opt `console`, only the /admin router's) check their session cookie instead.
         if scope["type"] == "http" and not (handler is not None and (handler.opt.get("public")
                                                                      or handler.opt.get("console"))):
-            authenticate(scope, scope["litestar_app"].state, scope.get("path_template"))
+            operation = handler.operation_id if handler is not None else None
+            if not isinstance(operation, str):
+                # Litestar's own OPTIONS answers tell only a route's methods: any role. Any other
+                # handler without an operation id is in no row of the table: owners only.
+                operation = "options" if scope["method"] == "OPTIONS" else ""
+            authenticate(scope, scope["litestar_app"].state, scope.get("path_template"), operation)
         await app(scope, receive, send)
 
     return middleware
 
 
-def principal(scope: Scope) -> KeyRecord:
+def principal(scope: Scope) -> Principal:
     return scope["state"]["principal"]

@@ -49,7 +49,7 @@ async def pause_endpoint(request: Request, endpoint_id: EndpointId) -> Response:
     body = await _body(request)
     state = request.app.state
     done = await endpoints.pause(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
-                                 endpoint_id, body.reason)
+                                 who.actor, endpoint_id, body.reason)
     return ok(done.item)
 
 
@@ -66,7 +66,7 @@ async def resume_endpoint(request: Request, endpoint_id: EndpointId) -> Response
     body = await _body(request)
     state = request.app.state
     done = await endpoints.resume(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
-                                  endpoint_id, body.reason)
+                                  who.actor, endpoint_id, body.reason)
     state.worker.wake()
     return ok(done.item)
 

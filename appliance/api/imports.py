@@ -16,7 +16,7 @@ from appliance.api.auth import principal
 from appliance.api.io import ok
 from appliance.errors import NotFound, UnsupportedMediaType, ValidationFailed
 from appliance.services import lead_import
-from appliance.storage import KeyRecord
+from appliance.storage import Principal
 
 ImportId = Annotated[str, PathParameter(name="importId")]
 FORM = "multipart/form-data"
@@ -135,7 +135,7 @@ async def import_leads(request: Request) -> Response:
     return ok(lead_import.ImportStarted(import_id=await begin_import(request.app.state, who, form)), 202)
 
 
-async def begin_import(state: State, who: KeyRecord, form: _Form) -> str:
+async def begin_import(state: State, who: Principal, form: _Form) -> str:
     """Checks the form and the whole file, records the import and starts its task (the API's
     upload and the console's); closes the form's file when it refuses."""
     runtime = state.runtime

@@ -20,7 +20,7 @@ from appliance.domain.submission import SubmitLead
 from appliance.errors import JSON, NotFound, ValidationFailed
 from appliance.ids import floor_id
 from appliance.model import Model
-from appliance.storage import KeyRecord, LeadFilter, Store
+from appliance.storage import Principal, LeadFilter, Store
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 TAGS = ["Leads"]  # this module's group in the OpenAPI document
@@ -44,7 +44,7 @@ async def submit_lead(request: Request) -> Response:
     return Response(body, status_code=201, media_type=JSON)
 
 
-async def submit_json(state: State, who: KeyRecord, body: bytes) -> bytes:
+async def submit_json(state: State, who: Principal, body: bytes) -> bytes:
     """A submit request's body (Content-Type checked) in, the 201 response's body out (errors are
     raised)."""
     lead = decode_json(body, SubmitLead)
@@ -72,7 +72,7 @@ async def approve_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, approvals.ApproveBody)
     state = request.app.state
     result = await approvals.decide(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
-                                    who.key_id, lead_id, body)
+                                    who.actor, lead_id, body)
     request.app.state.worker.wake()  # an approval may have scheduled the delivery
     return ok(result)
 
@@ -90,7 +90,7 @@ async def return_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, returns.ReturnBody)
     state = request.app.state
     return ok(await returns.return_lead(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                        who.tenant_id, who.key_id, lead_id, body))
+                                        who.tenant_id, who.actor, lead_id, body))
 
 
 # ---- GET /api/v1/leads --------------------------------------------------------
@@ -275,7 +275,7 @@ async def update_lead(request: Request, lead_id: LeadId) -> Response:
     runtime = request.app.state.runtime
     settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
     lead_updates.check_lead_patch(body, settings.checked_fields, runtime.clock.now().date())
-    await lead_updates.patch_lead(runtime, settings, who.tenant_id, who.key_id, lead_id, body)
+    await lead_updates.patch_lead(runtime, settings, who.tenant_id, who.actor, lead_id, body)
     return ok_raw(_lead_detail(runtime.store, who.tenant_id, lead_id))
 
 
@@ -297,7 +297,7 @@ async def bulk_update_leads(request: Request) -> Response:
     runtime = request.app.state.runtime
     settings = request.app.state.settings.get(who.tenant_id, who.config_rev)
     lead_updates.check_bulk(body, settings.checked_fields, runtime.clock.now().date())
-    return ok(await lead_updates.bulk_update(runtime, settings, who.tenant_id, who.key_id, body))
+    return ok(await lead_updates.bulk_update(runtime, settings, who.tenant_id, who.actor, body))
 
 
 # ---- POST /api/v1/leads/{leadId}/repost and /deliver -------------------
@@ -318,7 +318,7 @@ async def repost_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, reposts.RepostBody) if raw.strip() else reposts.RepostBody()
     state = request.app.state
     result = await reposts.repost(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                  who.tenant_id, who.key_id, lead_id, body, state.registry.prompt_evaluator())
+                                  who.tenant_id, who.actor, lead_id, body, state.registry.prompt_evaluator())
     state.worker.wake()
     return ok(result, 201)
 
@@ -336,7 +336,7 @@ async def deliver_lead(request: Request, lead_id: LeadId) -> Response:
     body = await read_json(request, reposts.DeliverBody)
     state = request.app.state
     result = await reposts.deliver(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                   who.tenant_id, who.key_id, lead_id, body, state.registry.prompt_evaluator())
+                                   who.tenant_id, who.actor, lead_id, body, state.registry.prompt_evaluator())
     state.worker.wake()
     return ok(result, 201)
 
@@ -355,7 +355,7 @@ async def redeliver_leads(request: Request) -> Response:
     body = await read_json(request, reposts.RedeliverBody)
     state = request.app.state
     result = await reposts.redeliver(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                     who.tenant_id, who.key_id, body)
+                                     who.tenant_id, who.actor, body)
     state.worker.wake()
     return ok(result)
 

@@ -130,6 +130,8 @@ TAGS = [
     Tag(name="Ledger", description="What each lead cost and earned, entry by entry, returns included."),
     Tag(name="Reports", description="Lead counts and margin over a date range."),
     Tag(name="Activity", description="The requests made with the tenant's keys."),
+    Tag(name="Audit", description="Who changed what, when and from where: the tenant's append-only audit log."),
+    Tag(name="Users", description="The tenant's people: their roles, access and one-time setup links."),
     Tag(name="Health", description="Liveness for load balancers and monitors; no key needed."),
 ]
 

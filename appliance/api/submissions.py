@@ -44,7 +44,7 @@ async def update_submission(request: Request, submission_id: SubmissionId) -> Re
     body = await read_json(request, lead_updates.SubmissionPatch)
     state = request.app.state
     return ok(await lead_updates.patch_submission(state.runtime, state.settings.get(who.tenant_id, who.config_rev),
-                                                  who.tenant_id, submission_id, body))
+                                                  who.tenant_id, submission_id, body, who.actor))
 
 
 ROUTES = [get_submission, update_submission]

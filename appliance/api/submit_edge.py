@@ -58,7 +58,7 @@ async def answer_submit(app_state: Any, scope: Scope,
     scope["path_template"] = SUBMIT_PATH  # for the activity log, as Litestar would set it
     extra: list[tuple[bytes, bytes]] = []
     try:
-        who = authenticate(scope, app_state, SUBMIT_PATH)
+        who = authenticate(scope, app_state, SUBMIT_PATH, "submitLead")
         # Before reading: a large body of another type is a 415, not a 413.
         require_json((header(scope, b"content-type") or b"").decode("latin-1"))
         body = await _read_body(scope, receive)

@@ -39,9 +39,9 @@ async def list_lists(request: Request, cursor: Query = None, limit: Query = None
       status_code=201,
       opt={"body": SuppressionListCreate, "data": SuppressionList, "status": 201, "errors": ["VALIDATION_ERROR"]})
 async def create_list(request: Request) -> Response:
-    tenant_id = principal(request.scope).tenant_id
+    who = principal(request.scope)
     body = await read_json(request, SuppressionListCreate)
-    return ok(await suppression.create(request.app.state.runtime, tenant_id, body), status=201)
+    return ok(await suppression.create(request.app.state.runtime, who.tenant_id, who.actor, body), status=201)
 
 
 @get("/api/v1/suppression-lists/{listId:str}", operation_id="getSuppressionList",
@@ -61,9 +61,9 @@ async def get_list(request: Request, list_id: ListId) -> Response:
       opt={"body": EntryChange, "data": EntryChangeResult, "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
 async def change_entries(request: Request, list_id: ListId) -> Response:
     """Emails and phones are normalized as a lead's are and kept as SHA-256 digests only."""
-    tenant_id = principal(request.scope).tenant_id
+    who = principal(request.scope)
     body = await read_json(request, EntryChange)
-    return ok(await suppression.change_entries(request.app.state.runtime, tenant_id, list_id, body))
+    return ok(await suppression.change_entries(request.app.state.runtime, who.tenant_id, who.actor, list_id, body))
 
 
 ROUTES = [list_lists, create_list, get_list, change_entries]

@@ -42,9 +42,9 @@ async def list_webhooks(request: Request, cursor: Query = None, limit: Query = N
       opt={"body": WebhookCreate, "data": CreatedWebhook, "status": 201, "errors": ["VALIDATION_ERROR"]})
 async def create_webhook(request: Request) -> Response:
     """The answer carries the signing secret; it is never shown again."""
-    tenant_id = principal(request.scope).tenant_id
+    who = principal(request.scope)
     body = await read_json(request, WebhookCreate)
-    return ok(await webhooks.create(request.app.state.runtime, tenant_id, body), status=201)
+    return ok(await webhooks.create(request.app.state.runtime, who.tenant_id, who.actor, body), status=201)
 
 
 @get("/api/v1/webhooks/{webhookId:str}", operation_id="getWebhook",
@@ -61,9 +61,9 @@ async def get_webhook(request: Request, webhook_id: WebhookId) -> Response:
                     "events. 404 NOT_FOUND when it is not the tenant's."),
        opt={"body": WebhookChange, "data": Webhook, "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
 async def update_webhook(request: Request, webhook_id: WebhookId) -> Response:
-    tenant_id = principal(request.scope).tenant_id
+    who = principal(request.scope)
     body = await read_json(request, WebhookChange)
-    return ok(await webhooks.change(request.app.state.runtime, tenant_id, webhook_id, body))
+    return ok(await webhooks.change(request.app.state.runtime, who.tenant_id, who.actor, webhook_id, body))
 
 
 @delete("/api/v1/webhooks/{webhookId:str}", operation_id="deleteWebhook",
@@ -73,8 +73,8 @@ async def update_webhook(request: Request, webhook_id: WebhookId) -> Response:
         status_code=200,
         opt={"data": DeletedWebhook, "errors": ["NOT_FOUND"]})
 async def delete_webhook(request: Request, webhook_id: WebhookId) -> Response:
-    tenant_id = principal(request.scope).tenant_id
-    return ok(await webhooks.delete(request.app.state.runtime, tenant_id, webhook_id))
+    who = principal(request.scope)
+    return ok(await webhooks.delete(request.app.state.runtime, who.tenant_id, who.actor, webhook_id))
 
 
 @get("/api/v1/webhooks/{webhookId:str}/deliveries", operation_id="listWebhookDeliveries",

@@ -14,6 +14,7 @@ from urllib.parse import urlencode
 
 import msgspec
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from litestar import Request, Response, Router, get, post
 from litestar.params import PathParameter
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -21,25 +22,29 @@ from litestar.response import Redirect, Template
 from litestar.static_files import create_static_files_router
 from litestar.template import TemplateConfig
 
-from appliance import apikeys
-from appliance.api import imports as import_api
+from appliance import passwords
+from appliance.api import audit as audit_api, imports as import_api
 from appliance.api.leads import MAX_SEARCH, query_csv, query_id_range, search_filter
-from appliance.api.io import query_str
+from appliance.api.io import query_int, query_str
 from appliance.console.charts import bar_chart
 from appliance.console.session import (
-    COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, SignInRequired, check_csrf, cookie_options,
-    session_guard, signed_in, who,
+    COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, RoleTooLow, SignInRequired, StepOwed, can, check_csrf,
+    cookie_options, session_guard, signed_in, who,
 )
 from appliance.domain.lead import LEAD_STATUSES
+from appliance.domain.permissions import ROLES, may_manage
 from appliance.domain.report import GROUP_BY
-from appliance.errors import ApiError, NotFound, Unauthorized, ValidationFailed
-from appliance.services import approvals, console, endpoints, lead_import, reports, reposts
+from appliance.errors import ApiError, NotFound, ValidationFailed
+from appliance.services import (
+    approvals, audit, console, endpoints, lead_import, reports, reposts, two_factor, users,
+)
 from appliance.storage import LeadFilter
 
 log = logging.getLogger("appliance.console")
 HERE = Path(__file__).resolve().parent
 TEMPLATES, STATIC = HERE / "templates", HERE / "static"
 PER_PAGE = 25
+AUDIT_PER_PAGE = 50
 PathText = Annotated[str, PathParameter()]
 # What a POST did, shown on the page it redirects to (fixed texts: a link cannot inject words).
 NOTICES = {
@@ -49,7 +54,15 @@ NOTICES = {
     "reposted_many": "{sent} of the leads shown were sent again; {skipped} could not be (their status changed).",
     "paused": "The endpoint is paused: its deliveries wait until it is resumed.",
     "resumed": "The endpoint is active again; the deliveries that waited are on their way.",
+    "password_set": "Your password is set: sign in with it.",
+    "signed_out_everywhere": "You are signed out on every device.",
+    "user_changed": "The user was changed.",
+    "two_factor_off": "Two-factor sign-in is off.",
 }
+SIGN_IN_CHALLENGE = 'Form realm="appliance console"'  # the sign-in form is how to authenticate here
+# Where each stage of a session goes after sign-in (and when a page is asked for too early).
+STEP_PAGES = {console.LIVE: "/admin", "code": "/admin/sign-in/code", "enrol": "/admin/account/two-factor"}
+ALL_STAGES = tuple(STEP_PAGES)
 
 
 def template_config() -> TemplateConfig:
@@ -65,8 +78,8 @@ def _page(request: Request, name: str, status: int = 200, **context: Any) -> Tem
     if notice is not None and "{" in notice:  # counts only: a link can put nothing else in the words
         counts = {name: request.query_params.get(name, "") for name in ("sent", "skipped")}
         notice = notice.format(**{k: int(v) if v.isdigit() and len(v) < 7 else "?" for k, v in counts.items()})
-    context.update(csrf=found.csrf_token if found else None, signed_in=found is not None,
-                   notice=notice, path=request.url.path)
+    context.update(csrf=found.csrf_token if found else None, signed_in=found is not None and found.stage == console.LIVE,
+                   me=found, can=lambda permission: can(request, permission), notice=notice, path=request.url.path)
     return Template(template_name=name, context=context, status_code=status, media_type="text/html")
 
 
@@ -102,35 +115,201 @@ def _sign_in(request: Request, problem: str | None, status: int = 200) -> Templa
 
 @post("/sign-in", opt={"signed_out": True}, status_code=303)
 async def sign_in(request: Request) -> Response:
-    """A tenant key checked exactly as the API checks X-API-Key; a source key is refused."""
+    """Email and password (services/console.sign_in): one answer for an unknown email and a
+    wrong password, 429 while the address or the client must wait."""
     form = await request.form()
     check_csrf(request.cookies.get(SIGN_IN_COOKIE), form.get(CSRF_FIELD))
-    key = (form.get("apiKey") or "").strip()
-    record = (request.app.state.key_cache.lookup(apikeys.key_hash(key))
-              if apikeys.MIN_LENGTH <= len(key) <= apikeys.MAX_LENGTH else None)
-    if record is None:
-        refused = _sign_in(request, "That key is not a live API key of this appliance.", 401)
-        refused.headers["WWW-Authenticate"] = Unauthorized.API_KEY_CHALLENGE  # HTTP asks one of every 401
+    email, password = form.get("email"), form.get("password")
+    if not isinstance(email, str) or not isinstance(password, str) or not email.strip() or not password:
+        return _sign_in(request, "Enter your email address and your password.", 400)
+    runtime = request.app.state.runtime
+    client = request.scope.get("client")
+    outcome = await console.sign_in(runtime, email, password, client[0] if client else None)
+    if outcome.wait is not None:
+        refused = _sign_in(request, f"Too many failed sign-ins. Try again in {outcome.wait} seconds.", 429)
+        refused.headers["Retry-After"] = str(outcome.wait)
         return refused
-    if record.kind != "tenant":
-        return _sign_in(request, "That is a source key; sign in with a tenant key.", 403)
+    if outcome.session is None:
+        refused = _sign_in(request, "That email address and password do not match an active account.", 401)
+        refused.headers["WWW-Authenticate"] = SIGN_IN_CHALLENGE  # HTTP asks one of every 401
+        return refused
     if request.cookies.get(COOKIE):  # signed in again: the session before ends now, not in 12 h
-        await console.end_session(request.app.state.runtime, request.cookies[COOKIE])
-    made = await console.start_session(request.app.state.runtime, record)
-    response = Redirect(path="/admin", status_code=303)
+        await console.end_session(runtime, request.cookies[COOKIE])
+    made = outcome.session
+    response = Redirect(path=STEP_PAGES[made.stage], status_code=303)
     response.set_cookie(COOKIE, made.token,
                         **cookie_options(request, int(console.SESSION_LIFETIME.total_seconds())))
     response.delete_cookie(SIGN_IN_COOKIE, path="/admin")
     return response
 
 
-@post("/sign-out", status_code=303)
+@post("/sign-out", opt={"stages": ALL_STAGES}, status_code=303)
 async def sign_out(request: Request) -> Response:
     await _form(request)
     await console.end_session(request.app.state.runtime, request.cookies[COOKIE])
     response = Redirect(path="/admin/sign-in", status_code=303)
     response.delete_cookie(COOKIE, path="/admin")
     return response
+
+
+# ---- two-factor ----------------------------------------------------------------------------------
+
+@get("/sign-in/code", opt={"stages": ("code",)})
+async def code_page(request: Request) -> Template:
+    return _page(request, "code.html")
+
+
+@post("/sign-in/code", opt={"stages": ("code",)}, status_code=303)
+async def enter_code(request: Request) -> Response:
+    """The sign-in's second step: a code of the authenticator app, or a recovery code."""
+    form = await _form(request)
+    client = request.scope.get("client")
+    checked = await two_factor.check(request.app.state.runtime, signed_in(request), form.get("code") or "",
+                                     client[0] if client else None, console.session_hash(request.cookies[COOKIE]))
+    if checked.wait is not None:
+        refused = _page(request, "code.html", 429,
+                        problem=f"Too many failed sign-ins. Try again in {checked.wait} seconds.")
+        refused.headers["Retry-After"] = str(checked.wait)
+        return refused
+    if not checked.passed:
+        refused = _page(request, "code.html", 401, problem="That code is not right (or was used already).")
+        refused.headers["WWW-Authenticate"] = SIGN_IN_CHALLENGE
+        return refused
+    return Redirect(path="/admin", status_code=303)
+
+
+@get("/account/two-factor", opt={"stages": ("enrol", console.LIVE)})
+async def two_factor_page(request: Request) -> Template:
+    """Two-factor on: how to turn it off. Off: a new secret to scan, and the form for its first code."""
+    found, runtime = signed_in(request), request.app.state.runtime
+    user = users.get(runtime, found.tenant_id, found.user_id)
+    if user.two_factor:
+        return _page(request, "two_factor.html", user=user, enrolment=None)
+    enrolment = await two_factor.begin(runtime, found)
+    return _page(request, "two_factor.html", user=user, enrolment=enrolment, qr=Markup(enrolment.qr_svg),
+                 required=found.stage == "enrol")
+
+
+@post("/account/two-factor", opt={"stages": ("enrol", console.LIVE)})
+async def confirm_two_factor(request: Request) -> Template:
+    """The first code of the new secret turns two-factor on; the recovery codes are shown once."""
+    form = await _form(request)
+    found, runtime = signed_in(request), request.app.state.runtime
+    codes = await two_factor.confirm(runtime, found, form.get("code") or "",
+                                     console.session_hash(request.cookies[COOKIE]))
+    return _page(request, "recovery_codes.html", codes=codes)
+
+
+@post("/account/two-factor/off", status_code=303)
+async def two_factor_off(request: Request) -> Response:
+    form = await _form(request)
+    await two_factor.turn_off(request.app.state.runtime, signed_in(request), form.get("code") or "")
+    return _back("/admin/account", "two_factor_off")
+
+
+# ---- the setup link and one's own account --------------------------------------------------------
+
+@get("/setup/{token:str}", opt={"signed_out": True})
+async def setup_page(request: Request, token: PathText) -> Template:
+    user = users.setup_user(request.app.state.runtime, token)
+    return _setup(request, token, user, None, 200 if user is not None else 404)
+
+
+def _setup(request: Request, token: str, user: Any, problem: str | None, status: int = 200) -> Template:
+    form_token = secrets.token_urlsafe(32)
+    response = _page(request, "setup.html", status, sign_in_token=form_token, token=token, user=user,
+                     problem=problem, min_length=passwords.MIN_LENGTH)
+    response.set_cookie(SIGN_IN_COOKIE, form_token, **cookie_options(request, 3600))
+    return response
+
+
+@post("/setup/{token:str}", opt={"signed_out": True}, status_code=303)
+async def choose_password(request: Request, token: PathText) -> Response:
+    """The password chosen at a setup link; the person then signs in with it."""
+    form = await request.form()
+    check_csrf(request.cookies.get(SIGN_IN_COOKIE), form.get(CSRF_FIELD))
+    runtime = request.app.state.runtime
+    try:
+        await users.choose_password(runtime, token, form.get("password") or "", form.get("repeat") or "")
+    except ValidationFailed as refused:
+        user = users.setup_user(runtime, token)
+        return _setup(request, token, user, "; ".join(refused.details or []), 400 if user is not None else 404)
+    response = Redirect(path="/admin/sign-in?notice=password_set", status_code=303)
+    response.delete_cookie(SIGN_IN_COOKIE, path="/admin")
+    return response
+
+
+@get("/account")
+async def account_page(request: Request) -> Template:
+    found = signed_in(request)
+    user = users.get(request.app.state.runtime, found.tenant_id, found.user_id)
+    return _page(request, "account.html", user=user)
+
+
+@post("/account/sign-out-everywhere", status_code=303)
+async def sign_out_everywhere(request: Request) -> Response:
+    """Every session of the person ends, this one too (a lost laptop, a shared computer)."""
+    await _form(request)
+    await console.sign_out_everywhere(request.app.state.runtime, signed_in(request))
+    response = Redirect(path="/admin/sign-in?notice=signed_out_everywhere", status_code=303)
+    response.delete_cookie(COOKIE, path="/admin")
+    return response
+
+
+# ---- people (admins) -----------------------------------------------------------------------------
+
+@get("/users", opt={"permission": "console:users"})
+async def users_page(request: Request) -> Template:
+    runtime, me = request.app.state.runtime, who(request)
+    listed = users.page(runtime, me.tenant_id, query_str(request, "cursor"), 100)
+    return _users(request, listed, None)
+
+
+def _users(request: Request, listed: Any, made: Any, status: int = 200, problem: list[str] | None = None) -> Template:
+    me = who(request)
+    return _page(request, "users.html", status, users=listed.items, made=made, problem=problem,
+                 my_id=me.id, roles=[r for r in ROLES if may_manage(me.role, r)],
+                 next_link=_next_link(request, listed.next_cursor))
+
+
+@post("/users", opt={"permission": "console:users"}, status_code=303)
+async def add_user(request: Request) -> Response:
+    """A new user; the page shows its setup link once, to pass on to the person."""
+    form = await _form(request)
+    runtime, me = request.app.state.runtime, who(request)
+    try:
+        body = msgspec.convert({k: v for k, v in {
+            "email": (form.get("email") or "").strip(), "name": (form.get("name") or "").strip(),
+            "role": form.get("role"), "clientId": (form.get("clientId") or "").strip() or None,
+            "supplierId": (form.get("supplierId") or "").strip() or None}.items() if v is not None},
+            users.NewUser)
+        made = await users.create(runtime, me.tenant_id, me.actor, me.role, body)
+    except (msgspec.ValidationError, ValidationFailed) as refused:
+        problem = refused.details if isinstance(refused, ValidationFailed) else [str(refused)]
+        return _users(request, users.page(runtime, me.tenant_id, None, 100), None, 400, problem)
+    return _users(request, users.page(runtime, me.tenant_id, None, 100), made, 201)
+
+
+@post("/users/{user_id:str}", opt={"permission": "console:users"}, status_code=303)
+async def change_user(request: Request, user_id: PathText) -> Response:
+    """Change a user's role, disable or enable it, or give it a new setup link."""
+    form = await _form(request)
+    runtime, me = request.app.state.runtime, who(request)
+    action = form.get("action")
+    if action == "reset":
+        link = await users.reset_password(runtime, me.tenant_id, me.actor, me.role, user_id=user_id)
+        listed = users.page(runtime, me.tenant_id, None, 100)
+        return _users(request, listed, link)
+    if action == "role":
+        if form.get("role") not in ROLES:
+            raise ValidationFailed(["role: not a role"])
+        change = users.UserChange(role=form.get("role"))
+    elif action in ("disable", "enable"):
+        change = users.UserChange(active=action == "enable")
+    else:
+        raise ValidationFailed(["action: must be role, disable, enable or reset"])
+    await users.change(runtime, me.tenant_id, me.actor, me.role, user_id, change)
+    return _back("/admin/users", "user_changed")
 
 
 # ---- overview ------------------------------------------------------------------------------------
@@ -199,7 +378,7 @@ def _lead_fields(lead: dict[str, Any]) -> list[tuple[str, str]]:
             for name, value in lead.items() if value not in (None, "", [], {})]
 
 
-@post("/leads/{lead_id:str}/decision", status_code=303)
+@post("/leads/{lead_id:str}/decision", opt={"permission": "console:decide"}, status_code=303)
 async def decide(request: Request, lead_id: PathText) -> Response:
     """Approve or reject a lead held for review; a rejection needs a reason."""
     form = await _form(request)
@@ -209,17 +388,17 @@ async def decide(request: Request, lead_id: PathText) -> Response:
     if decision == "rejected" and reason is None:
         raise ValidationFailed(["reason: say why the lead is rejected"])
     key, state = who(request), request.app.state
-    await approvals.decide(state.runtime, _settings(request), key.tenant_id, key.key_id, lead_id,
+    await approvals.decide(state.runtime, _settings(request), key.tenant_id, key.actor, lead_id,
                            approvals.ApproveBody(status=decision, reason=reason))
     state.worker.wake()
     return _back("/admin/review" if form.get("back") == "review" else f"/admin/leads/{lead_id}", decision)
 
 
-@post("/leads/{lead_id:str}/repost", status_code=303)
+@post("/leads/{lead_id:str}/repost", opt={"permission": "console:repost"}, status_code=303)
 async def repost(request: Request, lead_id: PathText) -> Response:
     form = await _form(request)
     key, state = who(request), request.app.state
-    await reposts.repost(state.runtime, _settings(request), key.tenant_id, key.key_id, lead_id, reposts.RepostBody(),
+    await reposts.repost(state.runtime, _settings(request), key.tenant_id, key.actor, lead_id, reposts.RepostBody(),
                          state.registry.prompt_evaluator())
     state.worker.wake()
     return _back("/admin/failures" if form.get("back") == "failures" else f"/admin/leads/{lead_id}", "reposted")
@@ -241,7 +420,7 @@ async def failures_page(request: Request) -> Template:
                  next_link=_next_link(request, page.next_cursor))
 
 
-@post("/failures/repost", status_code=303)
+@post("/failures/repost", opt={"permission": "console:redeliver"}, status_code=303)
 async def repost_many(request: Request) -> Response:
     """The leads the page showed, sent again (simple retry), as POST /api/v1/leads/redeliver."""
     form = await _form(request)
@@ -252,7 +431,7 @@ async def repost_many(request: Request) -> Response:
     if not lead_ids or len(lead_ids) > 100:
         raise ValidationFailed(["leadId: between 1 and 100 leads"])
     key, state = who(request), request.app.state
-    done = await reposts.redeliver(state.runtime, _settings(request), key.tenant_id, key.key_id,
+    done = await reposts.redeliver(state.runtime, _settings(request), key.tenant_id, key.actor,
                                    reposts.RedeliverBody(status=status, lead_ids=lead_ids))
     state.worker.wake()
     return _back("/admin/failures", "reposted_many", status=status, sent=str(done.reposted),
@@ -267,7 +446,7 @@ async def endpoints_page(request: Request) -> Template:
     return _page(request, "endpoints.html", items=items)
 
 
-@post("/endpoints/{endpoint_id:str}/{action:str}", status_code=303)
+@post("/endpoints/{endpoint_id:str}/{action:str}", opt={"permission": "console:pause"}, status_code=303)
 async def pause_or_resume(request: Request, endpoint_id: PathText, action: PathText) -> Response:
     form = await _form(request)
     if action not in ("pause", "resume"):
@@ -275,7 +454,7 @@ async def pause_or_resume(request: Request, endpoint_id: PathText, action: PathT
     reason = (form.get("reason") or "").strip()[:500] or None
     key, state = who(request), request.app.state
     change = endpoints.pause if action == "pause" else endpoints.resume
-    await change(state.runtime, _settings(request), key.tenant_id, endpoint_id, reason)
+    await change(state.runtime, _settings(request), key.tenant_id, key.actor, endpoint_id, reason)
     state.worker.wake()
     return _back("/admin/endpoints", "paused" if action == "pause" else "resumed")
 
@@ -314,16 +493,40 @@ async def report_csv(request: Request) -> Response:
                     headers={"content-disposition": f'attachment; filename="report-{span.group_by}.csv"'})
 
 
+# ---- the audit log (admins) ----------------------------------------------------------------------
+
+@get("/audit", opt={"permission": "console:audit"})
+async def audit_page(request: Request) -> Template:
+    """Who changed what, newest first, with GET /api/v1/audit's filters."""
+    runtime, me = request.app.state.runtime, who(request)
+    before = query_int(request, "cursor", 0, minimum=1) or None
+    page = await audit.page(runtime, me.tenant_id, audit_api.audit_filter(request), before, AUDIT_PER_PAGE)
+    entries = [(entry, _changes(entry.before, entry.after)) for entry in page.items]
+    query = {k: v for k, v in request.query_params.items() if k not in ("cursor", "notice")}
+    return _page(request, "audit.html", entries=entries, query=query, next_link=_next_link(request, page.next_cursor))
+
+
+def _changes(before: dict[str, Any] | None, after: dict[str, Any] | None) -> list[tuple[str, str, str]]:
+    """(member, before, after) of each top-level member that differs, values as compact JSON."""
+    before, after = before or {}, after or {}
+
+    def text(value: Any) -> str:
+        return "" if value is None else value if isinstance(value, str) else msgspec.json.encode(value).decode()
+
+    return [(name, text(before.get(name)), text(after.get(name))) for name in dict.fromkeys([*before, *after])
+            if before.get(name) != after.get(name)]
+
+
 # ---- CSV import ----------------------------------------------------------------------------------
 
-@get("/import")
+@get("/import", opt={"permission": "console:import"})
 async def import_page(request: Request) -> Template:
     campaigns = [c for c in _settings(request).campaigns.values() if c.active and not c.archived_at]
     return _page(request, "import.html", campaigns=sorted(campaigns, key=lambda c: c.name),
                  max_mb=request.app.state.runtime.config.imports.max_file_mb)
 
 
-@post("/import", request_max_body_size=None, status_code=303)
+@post("/import", opt={"permission": "console:import"}, request_max_body_size=None, status_code=303)
 async def start_import(request: Request) -> Response:
     """The API's upload (api/imports.py) with the form's CSRF token, which is checked before the
     import starts."""
@@ -342,7 +545,7 @@ async def start_import(request: Request) -> Response:
     return Redirect(path=f"/admin/imports/{import_id}", status_code=303)
 
 
-@get("/imports/{import_id:str}")
+@get("/imports/{import_id:str}", opt={"permission": "console:import"})
 async def import_progress(request: Request, import_id: PathText) -> Template:
     found = lead_import.get(request.app.state.runtime, who(request).tenant_id, import_id)
     if found is None:
@@ -357,6 +560,15 @@ def _sign_in_again(request: Request, _exc: Exception) -> Response:
     if request.cookies.get(COOKIE):
         response.delete_cookie(COOKIE, path="/admin")
     return response
+
+
+def _step_owed(request: Request, exc: StepOwed) -> Response:
+    return Redirect(path=STEP_PAGES.get(exc.stage, "/admin/sign-in"), status_code=303)
+
+
+def _role_too_low(request: Request, exc: RoleTooLow) -> Response:
+    return _page(request, "error.html", 403, title="Your role does not allow this",
+                 details=[f"This needs the {exc.needed} role (or above); yours is {exc.role}. An admin can change it."])
 
 
 def _refused(request: Request, _exc: Exception) -> Response:
@@ -378,7 +590,8 @@ def _api_error(request: Request, exc: ApiError) -> Response:
 
 
 def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("console page failed on %s %s", request.method, request.url.path, exc_info=exc)
+    # The route's template, not the path: a setup link's path holds its token.
+    log.exception("console page failed on %s %s", request.method, request.scope.get("path_template"), exc_info=exc)
     return _page(request, "error.html", 500, title="Something went wrong",
                  details=[f"The appliance could not show this page (request {request.scope['state']['request_id']})."])
 
@@ -390,12 +603,15 @@ def router() -> Router:
                                         include_in_schema=False, cache_control=None)
     return Router(
         path="/admin",
-        route_handlers=[sign_in_page, sign_in, sign_out, overview, leads_page, lead_page, decide, repost, review_page,
+        route_handlers=[sign_in_page, sign_in, sign_out, code_page, enter_code, two_factor_page, confirm_two_factor,
+                        two_factor_off, setup_page, choose_password, account_page,
+                        sign_out_everywhere, users_page, add_user, change_user, audit_page, overview, leads_page, lead_page, decide, repost, review_page,
                         failures_page, repost_many, endpoints_page, pause_or_resume, webhooks_page, reports_page,
                         report_csv, import_page, start_import, import_progress, static],
         guards=[session_guard],
         opt={"console": True},
         include_in_schema=False,
-        exception_handlers={SignInRequired: _sign_in_again, CsrfRefused: _refused, ApiError: _api_error,
+        exception_handlers={SignInRequired: _sign_in_again, StepOwed: _step_owed, RoleTooLow: _role_too_low,
+                            CsrfRefused: _refused, ApiError: _api_error,
                             Exception: _unexpected},
     )

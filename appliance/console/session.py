@@ -11,8 +11,9 @@ from typing import Any
 from litestar.connection import ASGIConnection
 from litestar.handlers import BaseRouteHandler
 
+from appliance.domain import permissions
 from appliance.services import console
-from appliance.storage import ConsoleSessionRecord, KeyRecord
+from appliance.storage import ConsoleSessionRecord, Principal
 
 COOKIE = "console_session"
 SIGN_IN_COOKIE = "console_sign_in"  # the sign-in form's CSRF token, before any session exists
@@ -35,13 +36,32 @@ class SignInRequired(Exception):
     """No live session: the page redirects to sign-in."""
 
 
+class StepOwed(Exception):
+    """Signed in, but a step is still owed (the TOTP code, or two-factor enrolment): the page
+    redirects to it."""
+
+    def __init__(self, stage: str) -> None:
+        super().__init__(stage)
+        self.stage = stage
+
+
+class RoleTooLow(Exception):
+    """The signed-in user's role is short of what the page or action needs: 403."""
+
+    def __init__(self, needed: str, role: str) -> None:
+        super().__init__(needed)
+        self.needed, self.role = needed, role
+
+
 class CsrfRefused(Exception):
     """A form without its session's token (forged, stale or missing): 403."""
 
 
 def session_guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None:
-    """Every console page but sign-in needs a live session (not signed out, not expired, its key
-    not revoked); the request then runs as that key (the activity log names it)."""
+    """Every console page but sign-in and the setup link needs a live session (not signed out,
+    not expired, its user active) that owes no step (opt `stages`: the stages a page of a step serves), and a
+    role allowed the page's `permission` (domain/permissions.py; reading by default). The request
+    then runs as that user."""
     if handler.opt.get("signed_out"):
         return
     token = connection.cookies.get(COOKIE)
@@ -49,15 +69,26 @@ def session_guard(connection: ASGIConnection, handler: BaseRouteHandler) -> None
     if found is None:
         raise SignInRequired()
     connection.scope["state"]["console"] = found
-    connection.scope["state"]["principal"] = KeyRecord(found.key_id, found.tenant_id, found.kind, found.source_id,
-                                                       found.config_rev)
+    if found.stage not in handler.opt.get("stages", (console.LIVE,)):
+        raise StepOwed(found.stage)
+    connection.scope["state"]["principal"] = Principal(found.user_id, found.tenant_id, "user", None,
+                                                       found.config_rev, found.role)
+    needed = permissions.needed_for(handler.opt.get("permission", "console:read"))
+    if not permissions.allows(found.role, needed):
+        raise RoleTooLow(needed, found.role)
+
+
+def can(connection: ASGIConnection, permission: str) -> bool:
+    """Whether the signed-in user may do `permission` (pages hide what the role may not do)."""
+    found = connection.scope["state"].get("console")
+    return found is not None and permissions.allows(found.role, permissions.needed_for(permission))
 
 
 def signed_in(connection: ASGIConnection) -> ConsoleSessionRecord:
     return connection.scope["state"]["console"]
 
 
-def who(connection: ASGIConnection) -> KeyRecord:
+def who(connection: ASGIConnection) -> Principal:
     return connection.scope["state"]["principal"]
 
 

@@ -1,5 +1,5 @@
 """Periodic housekeeping on monotonic ticks: flush the activity log, purge its (and the webhook
-attempts', and suppliers' pings') old rows, settle SMS messages whose provider call was interrupted, refresh planner statistics.
+attempts', suppliers' pings' and the audit log's) old rows, settle SMS messages whose provider call was interrupted, refresh planner statistics.
 Missed ticks are skipped, not replayed; every step logs its failure and the loop goes on. Purges
 and settling run in one process per database (`Store.runs_timed_work`)."""
 
@@ -13,6 +13,7 @@ from appliance.clock import Clock, iso
 from appliance.jobs.outage import Outage
 from appliance.runtime import Runtime
 from appliance.storage import StorageUnavailable
+from appliance.services import audit, users
 from appliance.services.endpoints import hour_of
 
 log = logging.getLogger("appliance.ticker")
@@ -99,6 +100,8 @@ async def run_ticker(runtime: Runtime, stop: asyncio.Event) -> None:
             if purge.due() and await runtime.store.runs_timed_work():
                 await purge_old_activity(runtime)
                 await purge_old_pings(runtime)
+                await audit.purge_old(runtime)
+                await runtime.store.write(lambda tx: users.purge_stale(tx, runtime.clock.now()))
             if sms_settle.due() and await runtime.store.runs_timed_work() \
                     and (settled := await settle_interrupted_sms(runtime)):
                 log.warning("%d SMS messages were left sending by an interrupted provider call: now error", settled)

@@ -16,10 +16,14 @@ from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
+
+# The audit log's action for each decision.
+ACTIONS = {"approved": "lead.approve", "rejected": "lead.reject", "pending": "lead.approval_reset"}
 
 
 class ApproveBody(Model):
@@ -76,6 +80,9 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
         if submission is not None and status != lead.status:
             earn(tx, settings, tenant_id, decided, submission.submission_id, (status,), now_dt)
             record_lead_events(tx, settings, tenant_id, decided, submission, (status,), now)
+        audit.record(tx, tenant_id, decided_by, ACTIONS[body.status], lead_id, now,
+                     before={"status": lead.status, "approval": current},
+                     after={"status": status, "approval": body.status, "reason": body.reason})
         return ApproveResult(lead_id=lead_id, approval=approval)
 
     return await runtime.store.write(unit, may_refuse=True)

@@ -24,6 +24,7 @@ from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.domain.secret_refs import (
     endpoint_secret_ref, pixel_token_ref, sms_secret_ref, source_key_ref, webhook_secret_ref,
 )
+from appliance.domain.tenant_options import TenantOptions
 from appliance.domain.webhooks import BundleWebhook
 from appliance.model import Model, all_problems, describe_validation_error, join_path
 
@@ -40,6 +41,7 @@ class TenantBundle(Model):
     sms: SmsConfig | None = None
     pixels: list[Pixel] = []
     webhooks: list[BundleWebhook] = []
+    settings: TenantOptions | None = None  # the tenant's own: `requireTwoFactor`
 
 
 class BundleError(Exception):
@@ -184,7 +186,7 @@ def _decode(data: Any) -> TenantBundle:
         data = msgspec.convert(data, dict[str, Any])
     except msgspec.ValidationError as exc:
         raise BundleError([_describe(exc, "bundle")]) from None
-    problems += [f"{key}: unknown field" for key in data if key not in _ITEM_SECTIONS and key != "sms"]
+    problems += [f"{key}: unknown field" for key in data if key not in _ITEM_SECTIONS and key not in ("sms", "settings")]
     sections: dict[str, Any] = {}
     for wire, item_type in _ITEM_SECTIONS.items():
         try:
@@ -203,6 +205,11 @@ def _decode(data: Any) -> TenantBundle:
             sections["sms"] = msgspec.convert(data["sms"], SmsConfig)
         except msgspec.ValidationError as exc:
             problems += all_problems(data["sms"], SmsConfig, "sms") or [_describe(exc, "sms")]
+    if data.get("settings") is not None:
+        try:
+            sections["settings"] = msgspec.convert(data["settings"], TenantOptions)
+        except msgspec.ValidationError as exc:
+            problems.append(_describe(exc, "settings"))
     if problems:
         raise BundleError(problems)
     return TenantBundle(
@@ -214,6 +221,7 @@ def _decode(data: Any) -> TenantBundle:
         sms=sections.get("sms"),
         pixels=sections["pixels"],
         webhooks=sections["webhooks"],
+        settings=sections.get("settings"),
     )
 
 

@@ -1,36 +1,39 @@
-"""The admin console's use cases (appliance/console/ is its HTTP layer): sessions signed in with
-a tenant key, and the pages' data gathered from the services and repositories the API uses.
+"""The admin console's use cases (appliance/console/ is its HTTP layer): people's sign-ins and
+sessions, and the pages' data gathered from the services and repositories the API uses.
 Templates only lay this data out."""
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 import msgspec
 
+from appliance import passwords
 from appliance.clock import iso
+from appliance.domain.normalize import normalize_email
+from appliance.domain.permissions import STAFF_ROLES
+from appliance.domain.tenant_options import TenantOptions, owes_enrolment
 from appliance.domain.auction import shown as auction_shown
 from appliance.domain.report import ReportSummary
 from appliance.runtime import Runtime
-from appliance.services import endpoints, reports, sms, webhooks
+from appliance.services import audit, endpoints, reports, sign_in_throttle, sms, webhooks
+from appliance.services.users import token_digest as session_hash
 from appliance.services.endpoints import EndpointItem
-from appliance.storage import ConsoleSessionRecord, KeyRecord, LeadFilter, LedgerFilter, Session
+from appliance.storage import ConsoleSessionRecord, LeadFilter, LedgerFilter, Session, UserRecord
 
 SESSION_LIFETIME = timedelta(hours=12)
+STEP_LIFETIME = timedelta(minutes=15)  # a session that owes its code or enrolment
+LIVE = "live"
 # Every status a lead may have, in the order a person reads a funnel.
 STATUSES = ("new", "pending", "qualified", "queued", "pending_action", "delivered", "failed", "error", "rejected",
             "disqualified", "duplicate", "suppressed", "returned")
 REPOSTABLE = ("failed", "error")  # what the failures page lists
 REPOST_ONE = ("failed", "rejected", "error")  # what a repost accepts (CONTRACT 3)
 _DELIVERY_EVENTS = ("delivered", "delivery_failure", "delivery_duplicate", "delivery_error")
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
 
 
 # ---- sessions ------------------------------------------------------------------------------------
@@ -40,29 +43,104 @@ class NewSession:
     token: str  # the cookie's value: only its hash is stored
     csrf_token: str
     expires_at: datetime
+    stage: str  # "live", or the step still owed: "code" (TOTP) or "enrol" (two-factor the tenant requires)
 
 
-async def start_session(runtime: Runtime, key: KeyRecord) -> NewSession:
-    """A session for a tenant key already checked live by the caller."""
+@dataclass(frozen=True)
+class SignIn:
+    """What a sign-in came to: a session, or a refusal (`wait`: seconds until the next try)."""
+
+    session: NewSession | None = None
+    wait: int | None = None
+
+
+def _stage(tx: Session, user: UserRecord) -> str:
+    """What a new session of `user` owes: its TOTP code, an enrolment the tenant requires, or nothing."""
+    if user.totp_secret is not None:
+        return "code"
+    if owes_enrolment(tx.tenants.settings(user.tenant_id), user.role, enrolled=False):
+        return "enrol"
+    return LIVE
+
+
+async def sign_in(runtime: Runtime, email: str, password: str, address: str | None) -> SignIn:
+    """Email and password checked against the active staff users with that address (any tenant:
+    the first whose password matches), throttled per email and per client address
+    (services/sign_in_throttle.py). An unknown email costs and answers what a wrong password
+    does. A session that still owes a step lives STEP_LIFETIME until the step is done."""
+    email = normalize_email(email)[:320]
+    names = sign_in_throttle.subjects(f"email:{email}", address)
     now = runtime.clock.now()
-    made = NewSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32), now + SESSION_LIFETIME)
+
+    def counted(tx: Session) -> tuple[int | None, list[tuple[UserRecord, str]]]:
+        wait = sign_in_throttle.attempt(tx, names, now)
+        if wait is not None:
+            return wait, []
+        return None, [(u, _stage(tx, u)) for u in tx.users.all_by_email(email)
+                      if u.active and u.password_hash and u.role in STAFF_ROLES]
+
+    wait, candidates = await runtime.store.write(counted)
+    if wait is not None:
+        return SignIn(wait=wait)
+    user, stage = None, LIVE
+    for candidate, its_stage in candidates or [(None, LIVE)]:
+        if await passwords.matches_async(candidate.password_hash if candidate else None,
+                                         password[:passwords.MAX_LENGTH]):
+            user, stage = candidate, its_stage
+            break
+    if user is None:
+        if len(candidates) == 1:  # one tenant knows the address: its log shows the failure
+            known = candidates[0][0]
+            await runtime.store.write(lambda tx: audit.record(tx, known.tenant_id, audit.ANONYMOUS,
+                                                              "user.sign_in_failed", known.user_id, iso(now)))
+        return SignIn()
+    made = NewSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
+                      now + (SESSION_LIFETIME if stage == LIVE else STEP_LIFETIME), stage)
 
     def unit(tx: Session) -> None:
-        tx.console_sessions.purge_expired(iso(now))  # sign-ins are rare: the table stays small
-        tx.console_sessions.insert(_digest(made.token), key.tenant_id, key.key_id, made.csrf_token, iso(now),
-                                   iso(made.expires_at))
+        sign_in_throttle.succeeded(tx, names, now)
+        tx.console_sessions.insert(session_hash(made.token), user.tenant_id, user.user_id, made.stage,
+                                   made.csrf_token, iso(now), iso(made.expires_at))
+        if made.stage == LIVE:
+            tx.users.signed_in(user.user_id, iso(now))
+        audit.record(tx, user.tenant_id, "user:" + user.user_id, "user.sign_in", user.user_id, iso(now),
+                     after={"stage": made.stage})
 
     await runtime.store.write(unit)
-    return made
+    return SignIn(session=made)
 
 
 def find_session(runtime: Runtime, token: str) -> ConsoleSessionRecord | None:
-    """The live session of a cookie: None when unknown, signed out, expired or its key revoked."""
-    return runtime.store.reader().console_sessions.find_live(_digest(token), iso(runtime.clock.now()))
+    """The session of a cookie: None when unknown, signed out, expired or its user disabled. A
+    live session of a person who has not enrolled owes enrolment once the tenant requires it."""
+    found = runtime.store.reader().console_sessions.find_live(session_hash(token), iso(runtime.clock.now()))
+    if found is not None and found.stage == LIVE and owes_enrolment(_options(found.settings), found.role,
+                                                                     found.two_factor):
+        return found._replace(stage="enrol")
+    return found
+
+
+@lru_cache(maxsize=256)
+def _options(settings: str) -> TenantOptions:
+    return msgspec.json.decode(settings, type=TenantOptions)
+
 
 
 async def end_session(runtime: Runtime, token: str) -> None:
-    await runtime.store.write(lambda tx: tx.console_sessions.delete(_digest(token)))
+    await runtime.store.write(lambda tx: tx.console_sessions.delete(session_hash(token)))
+
+
+async def sign_out_everywhere(runtime: Runtime, found: ConsoleSessionRecord) -> int:
+    """End every session of the signed-in user, this one included."""
+    now = iso(runtime.clock.now())
+
+    def unit(tx: Session) -> int:
+        ended = tx.console_sessions.delete_of_user(found.user_id)
+        audit.record(tx, found.tenant_id, "user:" + found.user_id, "user.sign_out_everywhere", found.user_id, now,
+                     after={"ended": ended})
+        return ended
+
+    return await runtime.store.write(unit)
 
 
 # ---- overview ------------------------------------------------------------------------------------

@@ -3,9 +3,13 @@ delivery endpoint, so a fresh install answers real requests at once."""
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
 import msgspec
 
-from appliance.services import tenancy
+from appliance.services import tenancy, users
 from appliance.runtime import Runtime
 
 DEMO_TENANT = "Demo Agency"
@@ -105,11 +109,29 @@ DEMO_LEAD = {"campaignId": "AUTO2", "firstName": "Ada", "lastName": "Lovelace", 
              "phone": "+15125550100", "address": {"state": "TX"}}
 
 
-def ensure_demo_tenant(runtime: Runtime) -> tuple[str, str]:
+DEMO_OWNER = "owner@demo.example"
+
+
+@dataclass(frozen=True)
+class Demo:
+    tenant_id: str
+    key: str         # a fresh tenant key: keys are shown once
+    owner: str       # the demo owner's email, for the console
+    setup_path: str  # where the owner chooses a password (a fresh one-time link each run)
+
+
+def ensure_demo_tenant(runtime: Runtime) -> Demo:
     """The demo tenant, its sample bundle imported again (an upsert: a demo made by an earlier
-    version gets the current one), and a fresh key for it: keys are shown once, so every run
-    prints a new one."""
+    version gets the current one), a fresh key for it, and a fresh setup link for its owner
+    (every run prints new ones: both are shown once)."""
     existing = [tid for tid, name, _ in runtime.store.reader().tenants.list_tenants() if name == DEMO_TENANT]
     tenant_id = existing[0] if existing else tenancy.create_tenant(runtime, DEMO_TENANT)
     tenancy.import_bundle(runtime, tenant_id, msgspec.json.encode(DEMO_BUNDLE), "json")
-    return tenant_id, tenancy.create_key(runtime, tenant_id, name="demo").key
+    key = tenancy.create_key(runtime, tenant_id, name="demo").key
+    owner = runtime.store.reader().users.by_email(tenant_id, DEMO_OWNER)
+    if owner is None:
+        url = asyncio.run(users.create(runtime, tenant_id, "cli", None,
+                                       users.NewUser(email=DEMO_OWNER, name="Demo owner", role="owner"))).setup_url
+    else:
+        url = asyncio.run(users.reset_password(runtime, tenant_id, "cli", None, user_id=owner.user_id)).setup_url
+    return Demo(tenant_id, key, DEMO_OWNER, urlsplit(url).path)

@@ -21,6 +21,7 @@ from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, lane_of, subscribed
 from appliance.errors import NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import DELIVERY_ENDPOINTS, NewEvents, Session
 
@@ -123,7 +124,7 @@ def _stored(tx: Session, tenant_id: str, endpoint_id: str) -> DeliveryEndpoint:
     return endpoint
 
 
-def pause_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reason: str | None,
+def pause_unit(settings: TenantSettings, tenant_id: str, actor: str, endpoint_id: str, reason: str | None,
                now_dt: datetime):
     """The unit of work that pauses an endpoint by hand: (its item, whether it was active)."""
     now = iso(now_dt)
@@ -136,12 +137,14 @@ def pause_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reaso
         tx.endpoints.save_health(tenant_id, endpoint_id, paused(health, reason or "paused by hand", now))
         item = item_of(tx, tenant_id, endpoint, now_dt)
         record_endpoint_event(tx, settings, tenant_id, "endpoint.paused", item, now)
+        audit.record(tx, tenant_id, actor, "endpoint.pause", endpoint_id, now, before={"state": health.state},
+                     after={"state": item.state, "pausedReason": item.paused_reason})
         return item, True
 
     return unit
 
 
-def resume_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reason: str | None,
+def resume_unit(settings: TenantSettings, tenant_id: str, actor: str, endpoint_id: str, reason: str | None,
                 now_dt: datetime):
     """The unit of work that resumes an endpoint: its waiting jobs are due at once. Answers
     (its item, how many jobs it released, whether it was paused)."""
@@ -156,6 +159,9 @@ def resume_unit(settings: TenantSettings, tenant_id: str, endpoint_id: str, reas
         tx.endpoints.save_health(tenant_id, endpoint_id, resumed(health))
         item = item_of(tx, tenant_id, endpoint, now_dt)
         record_endpoint_event(tx, settings, tenant_id, "endpoint.resumed", item, now)
+        audit.record(tx, tenant_id, actor, "endpoint.resume", endpoint_id, now,
+                     before={"state": health.state, "pausedReason": health.paused_reason},
+                     after={"state": item.state, "reason": reason, "released": released})
         return item, released, True
 
     return unit
@@ -190,27 +196,27 @@ def _resumed(endpoint_id: str, reason: str | None, found: tuple[EndpointItem, in
     return done
 
 
-async def pause(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+async def pause(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, endpoint_id: str,
                 reason: str | None) -> Paused:
     return _paused(endpoint_id, await runtime.store.write(
-        pause_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+        pause_unit(settings, tenant_id, actor, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
 
 
-async def resume(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
+async def resume(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, endpoint_id: str,
                  reason: str | None) -> Resumed:
     return _resumed(endpoint_id, reason, await runtime.store.write(
-        resume_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+        resume_unit(settings, tenant_id, actor, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
 
 
 def pause_now(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
               reason: str | None) -> Paused:
-    """`pause` for the CLI (no event loop)."""
+    """`pause` for the CLI (no event loop; the actor is `cli`)."""
     return _paused(endpoint_id, runtime.store.write_sync(
-        pause_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+        pause_unit(settings, tenant_id, audit.CLI, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
 
 
 def resume_now(runtime: Runtime, settings: TenantSettings, tenant_id: str, endpoint_id: str,
                reason: str | None) -> Resumed:
-    """`resume` for the CLI (no event loop)."""
+    """`resume` for the CLI (no event loop; the actor is `cli`)."""
     return _resumed(endpoint_id, reason, runtime.store.write_sync(
-        resume_unit(settings, tenant_id, endpoint_id, reason, runtime.clock.now()), may_refuse=True))
+        resume_unit(settings, tenant_id, audit.CLI, endpoint_id, reason, runtime.clock.now()), may_refuse=True))

@@ -33,7 +33,7 @@ from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
-from appliance.storage import KeyRecord, PingRecord, Session
+from appliance.storage import Principal, PingRecord, Session
 
 log = logging.getLogger("appliance.intake")
 
@@ -68,7 +68,7 @@ def source_cap_checks(tenant_campaign: Campaign, source: IngestionSource | None,
 
 
 def resolve_campaign(settings: TenantSettings, campaign_id: str,
-                      principal: KeyRecord) -> tuple[Campaign, IngestionSource | None]:
+                      principal: Principal) -> tuple[Campaign, IngestionSource | None]:
     """The campaign a body names and, for a source key, its source. A source key may submit only
     to usable campaigns that have its source: anything else is a 403, whether the
     campaign is another's, unknown or inactive, so the key learns nothing of what exists."""
@@ -82,7 +82,7 @@ def resolve_campaign(settings: TenantSettings, campaign_id: str,
     return campaign, source
 
 
-async def submit(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: SubmitLead,
+async def submit(runtime: Runtime, settings: TenantSettings, principal: Principal, body: SubmitLead,
                  registry: Registry, *, also: Callable[[Session], None] | None = None) -> SubmitResult:
     """`also` runs in the lead's own transaction after it is written (an import counts the lead)."""
     tenant_id = principal.tenant_id

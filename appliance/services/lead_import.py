@@ -49,7 +49,7 @@ from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.services import intake
 from appliance.services.tenant_settings import TenantSettings, load_settings
-from appliance.storage import MAX_IMPORT_ERRORS, ImportRecord, KeyRecord, Session
+from appliance.storage import MAX_IMPORT_ERRORS, ImportRecord, Principal, Session
 
 log = logging.getLogger("appliance.imports")
 
@@ -260,7 +260,7 @@ def _chunks(rows: Iterator[tuple[int, list[str]]], size: int) -> Iterator[list[t
         yield chunk
 
 
-async def import_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecord, registry: Registry | None,
+async def import_rows(runtime: Runtime, settings: TenantSettings, who: Principal, registry: Registry | None,
                       checked: CheckedFile, campaign: Campaign, *, process: bool, import_id: str | None = None,
                       progress: Callable[[int], None] | None = None) -> Tally:
     """Every data row of `checked` into `campaign`; with `import_id`, the import's record counts
@@ -298,7 +298,7 @@ def _store_unit(tenant_id: str, campaign_id: str, batch: _Batch, import_id: str 
     return unit
 
 
-async def _submit_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecord, registry: Registry,
+async def _submit_rows(runtime: Runtime, settings: TenantSettings, who: Principal, registry: Registry,
                        checked: CheckedFile, campaign: Campaign, rows: list[tuple[int, list[str]]],
                        import_id: str | None, tally: Tally) -> list[dict[str, Any]]:
     """process: true. The rows submitted together (group commit takes them in a few
@@ -327,7 +327,7 @@ async def _submit_rows(runtime: Runtime, settings: TenantSettings, who: KeyRecor
 
 # ---- imports in the server --------------------------------------------------------------------
 
-async def start(runtime: Runtime, who: KeyRecord, campaign_id: str, file_name: str | None, checked: CheckedFile,
+async def start(runtime: Runtime, who: Principal, campaign_id: str, file_name: str | None, checked: CheckedFile,
                 process: bool) -> str:
     """Records a running import of a checked file; answers its id. A tenant runs at most
     MAX_RUNNING imports at once (each holds its file on disk and shares the one writer): 409."""
@@ -344,7 +344,7 @@ async def start(runtime: Runtime, who: KeyRecord, campaign_id: str, file_name: s
     return import_id
 
 
-async def run(runtime: Runtime, settings: TenantSettings, who: KeyRecord, registry: Registry, import_id: str,
+async def run(runtime: Runtime, settings: TenantSettings, who: Principal, registry: Registry, import_id: str,
               checked: CheckedFile, campaign: Campaign, process: bool, wake: Callable[[], None]) -> None:
     """The background task of one import: its rows, then its end (`done`, or `failed` on an
     unexpected error, which is logged). Closes the file."""
@@ -380,7 +380,7 @@ class FileImport:
     """A checked file, and what importing it into a campaign of a tenant needs, for the CLI."""
 
     settings: TenantSettings
-    who: KeyRecord
+    who: Principal
     campaign: Campaign
     checked: CheckedFile
 
@@ -392,7 +392,7 @@ def open_for_cli(runtime: Runtime, tenant_id: str, campaign_id: str, handle: Bin
     rev = runtime.store.reader().tenants.config_rev(tenant_id)
     settings = load_settings(runtime.store, tenant_id, rev, plugins_listen=plugins_listen)
     campaign = settings.usable_campaign(campaign_id)
-    who = KeyRecord(key_id="cli", tenant_id=tenant_id, kind="tenant", source_id=None, config_rev=rev)
+    who = Principal(id="cli", tenant_id=tenant_id, kind="tenant", source_id=None, config_rev=rev)
     return FileImport(settings=settings, who=who, campaign=campaign, checked=check_file(handle, mapping))
 
 

@@ -52,6 +52,7 @@ from appliance.domain.submission import SubmitLead, build_lead, facts_of, field_
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.tenant_settings import TenantSettings
@@ -188,8 +189,11 @@ def _events(given: list[JourneyEvent], now: str, problems: list[str]) -> list[Jo
     return out
 
 
+_APPENDED = ("journeyEvents", "firstSubmissionActions")  # a patch adds to these: the audit counts what it added
+
+
 async def patch_submission(runtime: Runtime, settings: TenantSettings, tenant_id: str, submission_id: str,
-                           body: SubmissionPatch) -> Submission:
+                           body: SubmissionPatch, actor: str) -> Submission:
     now_dt = runtime.clock.now()
     now = iso(now_dt)
     problems: list[str] = []
@@ -224,6 +228,13 @@ async def patch_submission(runtime: Runtime, settings: TenantSettings, tenant_id
             merged["first_submission_actions"] = [*stored.first_submission_actions, *actions]
         submission = msgspec.structs.replace(stored, **merged, updated_at=now)
         tx.leads.update_submission(tenant_id, submission)
+        old, new = msgspec.to_builtins(stored), msgspec.to_builtins(submission)
+        changed = [k for k in new if old.get(k) != new[k] and k not in _APPENDED and k != "updatedAt"]
+        audit.record(tx, tenant_id, actor, "submission.update", submission_id, now,
+                     before={k: old.get(k) for k in changed},
+                     after={**{k: new[k] for k in changed},
+                            **{f"{k}Added": len(new.get(k) or ()) - len(old.get(k) or ()) for k in _APPENDED
+                               if len(new.get(k) or ()) != len(old.get(k) or ())}})
         if submission.status != stored.status:
             if submission.status not in JOB_STATUSES:
                 tx.jobs.cancel_open_jobs(submission_id, now)
@@ -313,21 +324,27 @@ def _with_updates(lead: LeadRecord, updates: BulkUpdates, labels: dict[str, str]
     return changes
 
 
-def _save(tx: Session, settings: TenantSettings, tenant_id: str, key_id: str, lead: LeadRecord,
+def _save(tx: Session, settings: TenantSettings, tenant_id: str, actor: str, lead: LeadRecord,
           updated: LeadRecord, now_dt: datetime, by: str, *, names_changed: bool = False) -> None:
     """Write `updated` over the stored `lead`; a status change follows through to the latest
     submission and earns its milestones and queues its events in the same unit."""
     now = updated.updated_at
-    submission_id = _follow_status(tx, tenant_id, lead, updated.status, key_id, now, by) \
+    submission_id = _follow_status(tx, tenant_id, lead, updated.status, actor, now, by) \
         if updated.status != lead.status else None
     tx.leads.update_lead(tenant_id, updated, names_changed=names_changed)
     if submission_id is not None:
         earn(tx, settings, tenant_id, updated, submission_id, (updated.status,), now_dt)
         record_lead_events(tx, settings, tenant_id, updated, tx.leads.get_submission(tenant_id, submission_id),
                            (updated.status,), now)
+    before, after = msgspec.to_builtins(lead), msgspec.to_builtins(updated)
+    changed = [name for name in {**before, **after} if name != "updatedAt" and before.get(name) != after.get(name)]
+    if changed:  # the fields that changed, as they were and as they are
+        audit.record(tx, tenant_id, actor, "lead.update", lead.lead_id, now,
+                     before={name: before.get(name) for name in changed},
+                     after={name: after.get(name) for name in changed})
 
 
-async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str,
+async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str,
                       body: BulkUpdateBody) -> BulkUpdateResult:
     """Call `check_bulk` first. One write unit for every lead named."""
     now_dt = runtime.clock.now()
@@ -339,14 +356,14 @@ async def bulk_update(runtime: Runtime, settings: TenantSettings, tenant_id: str
         for lead in found:
             updated = msgspec.structs.replace(lead, **_with_updates(lead, body.updates, settings.labels),
                                               updated_at=now)
-            _save(tx, settings, tenant_id, key_id, lead, updated, now_dt, "bulk update")
+            _save(tx, settings, tenant_id, actor, lead, updated, now_dt, "bulk update")
         return BulkUpdateResult(modified_count=len(found))
 
     # Up to MAX_BULK_IDS leads read and rewritten: tens of milliseconds, off the event loop.
     return await runtime.store.write_off_loop(unit)
 
 
-def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, key_id: str,
+def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, actor: str,
                    now: str, by: str) -> str | None:
     """The lead's latest submission takes the status; answers its id (None when it has none)."""
     submission = tx.leads.latest_submission(tenant_id, lead.lead_id)
@@ -358,7 +375,7 @@ def _follow_status(tx: Session, tenant_id: str, lead: LeadRecord, status: str, k
         submission, status=status, updated_at=now,
         journey_events=[*submission.journey_events, event(
             now, "status_changed", by, details={"previous": lead.status, "status": status,
-                                                "keyId": key_id})]))
+                                                "actor": actor})]))
     return submission.submission_id
 
 
@@ -390,7 +407,7 @@ def check_lead_patch(body: LeadPatch, checked_fields: list[FieldLibraryEntry], t
         raise ValidationFailed(problems)
 
 
-async def patch_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
+async def patch_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, lead_id: str,
                      body: LeadPatch) -> None:
     """Call `check_lead_patch` first. NotFound for a lead that is not the tenant's."""
     now_dt = runtime.clock.now()
@@ -419,7 +436,7 @@ async def patch_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str,
                 raise ValidationFailed(problems)
             changes.update({name: getattr(built, name) for name in _CONTACT_RESULT})
         updated = msgspec.structs.replace(lead, **changes, updated_at=now)
-        _save(tx, settings, tenant_id, key_id, lead, updated, now_dt, "lead update",
+        _save(tx, settings, tenant_id, actor, lead, updated, now_dt, "lead update",
               names_changed=(updated.first_name, updated.last_name) != (lead.first_name, lead.last_name))
 
     await runtime.store.write(unit, may_refuse=True)

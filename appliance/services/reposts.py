@@ -70,6 +70,7 @@ from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import floor_id, new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.lead_events import record_lead_events
 from appliance.services.lead_updates import parse_iso
 from appliance.services.ledger import earn
@@ -145,6 +146,12 @@ def _still_as_read(tx: Session, tenant_id: str, lead: LeadRecord, previous: Subm
         raise InvalidState(["lead: a delivery attempt is running for this lead; try again when it ends"])
 
 
+def _audited(lead: LeadRecord, submission: Submission | None) -> dict[str, Any]:
+    """What the audit log keeps of a lead a repost or delivery changes."""
+    return {"status": lead.status, "submissionId": submission.submission_id if submission else None,
+            "campaignId": lead.campaign_id}
+
+
 def _qualify_manually(lead: LeadRecord, campaign: Campaign, settings: TenantSettings, now_dt: datetime, now: str,
                       prompt_evaluator: PromptEvaluator | None
                       ) -> tuple[str, QualificationOutcome, RoutingOutcome, list[JourneyEvent]]:
@@ -201,8 +208,10 @@ def _store(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadReco
 
 # ---- repost ----------------------------------------------------------------------------------
 
-async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
-                 body: RepostBody, prompt_evaluator: PromptEvaluator | None = None) -> RepostResult:
+async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, lead_id: str,
+                 body: RepostBody, prompt_evaluator: PromptEvaluator | None = None, *,
+                 action: str = "lead.repost") -> RepostResult:
+    """`action` names the change in the audit log (redeliver's own)."""
     if body.modified_payload is not None and body.campaign_id is None:
         raise ValidationFailed(["campaignId: required with modifiedPayload"])
     modified = body.campaign_id is not None
@@ -239,7 +248,7 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
     # one, left by an earlier version, is overridden as a rejection is, or the lead stays stuck.
     if stored.approval is not None and stored.approval.status == "pending" and stored.status != "failed":
         raise InvalidState(["approval: the lead's approval is pending; decide it first"])
-    details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": key_id,
+    details: dict[str, Any] = {"mode": "modified" if modified else "simple", "requestedBy": actor,
                                "previousStatus": stored.status,
                                "previousSubmissionId": previous.submission_id if previous else None}
     if endpoint_id is not None:
@@ -267,10 +276,10 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
     approval = lead.approval
     approval_word = {"rejected": "rejection", "pending": "pending approval"}
     if status == "qualified" and approval is not None and approval.status in approval_word:
-        approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=key_id,
+        approval = Approval(status="approved", campaign_id=target.campaign_id, decided_at=now, decided_by=actor,
                             reason="approved by repost")
         events.append(event(now, "approval_approved", f"repost overrides the {approval_word[lead.approval.status]}",
-                            target, {"decidedBy": key_id, "previous": lead.approval.status, "via": "repost"}))
+                            target, {"decidedBy": actor, "previous": lead.approval.status, "via": "repost"}))
     campaign = target
 
     def unit(tx: Session) -> RepostResult:
@@ -278,6 +287,9 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
         submission_id = _store(tx, settings, tenant_id, lead, previous, campaign=campaign, status=status,
                                flow_type="repost", qualification=qualification, routing=routing, events=events,
                                approval=approval, now_dt=now_dt, names_changed=lead is not stored)
+        audit.record(tx, tenant_id, actor, action, lead_id, now, before=_audited(stored, previous),
+                     after={"status": status, "submissionId": submission_id, "campaignId": campaign.campaign_id,
+                            "mode": details["mode"], "deliveryEndpointId": endpoint_id})
         return RepostResult(new_submission_id=submission_id, lead_id=lead_id, requires_qualification=modified)
 
     return await runtime.store.write(unit, may_refuse=True)
@@ -285,7 +297,7 @@ async def repost(runtime: Runtime, settings: TenantSettings, tenant_id: str, key
 
 # ---- manual delivery ---------------------------------------------------------------------------
 
-async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str, lead_id: str,
+async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, lead_id: str,
                   body: DeliverBody, prompt_evaluator: PromptEvaluator | None = None) -> DeliverResult:
     now_dt = runtime.clock.now()
     now = iso(now_dt)
@@ -297,7 +309,7 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
     if lead.status in NOT_DELIVERABLE:
         raise InvalidState([f"status: the lead is {lead.status} ({NOT_DELIVERABLE[lead.status]})"])
     events = [event(now, "manual_delivery", f"manual delivery to {campaign.campaign_id}", campaign,
-                    {"requestedBy": key_id, "previousStatus": lead.status,
+                    {"requestedBy": actor, "previousStatus": lead.status,
                      "previousSubmissionId": previous.submission_id if previous else None})]
     status, qualification, routing, found_events = _qualify_manually(lead, campaign, settings, now_dt, now,
                                                                      prompt_evaluator)
@@ -310,6 +322,8 @@ async def deliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, ke
         submission_id = _store(tx, settings, tenant_id, lead, previous, campaign=campaign, status=status,
                                flow_type="manual_delivery", qualification=qualification, routing=routing,
                                events=events, approval=lead.approval, now_dt=now_dt)
+        audit.record(tx, tenant_id, actor, "lead.deliver", lead_id, now, before=_audited(lead, previous),
+                     after={"status": status, "submissionId": submission_id, "campaignId": campaign.campaign_id})
         return DeliverResult(new_submission_id=submission_id, lead_id=lead_id)
 
     return await runtime.store.write(unit, may_refuse=True)
@@ -350,7 +364,7 @@ def _date_bound(field: str, text: str | None, *, end: bool) -> str | None:
     return floor_id("lead", epoch_ms)
 
 
-async def redeliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, key_id: str,
+async def redeliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str,
                     body: RedeliverBody) -> RedeliverResult:
     """Failed and error leads get a simple-retry repost each (as POST /leads/{id}/repost with no
     body); a queued lead's waiting delivery is tried at once (a raised cap or a widened window
@@ -384,9 +398,9 @@ async def redeliver(runtime: Runtime, settings: TenantSettings, tenant_id: str, 
     for lead in leads:
         try:
             if body.status == "queued":
-                reposted += await _deliver_queued_now(runtime, tenant_id, lead.lead_id)
+                reposted += await _deliver_queued_now(runtime, tenant_id, actor, lead.lead_id)
             else:
-                await repost(runtime, settings, tenant_id, key_id, lead.lead_id, RepostBody())
+                await repost(runtime, settings, tenant_id, actor, lead.lead_id, RepostBody(), action="lead.redeliver")
                 reposted += 1
         except (InvalidState, NotFound) as exc:  # changed meanwhile, or not repostable as it stands
             if len(skipped) < 100:
@@ -400,7 +414,7 @@ def _endpoint_of(tx: Session, settings: TenantSettings, tenant_id: str, lead: Le
     return delivery_endpoint_id(submission, campaign) if submission is not None and campaign is not None else None
 
 
-async def _deliver_queued_now(runtime: Runtime, tenant_id: str, lead_id: str) -> int:
+async def _deliver_queued_now(runtime: Runtime, tenant_id: str, actor: str, lead_id: str) -> int:
     now = iso(runtime.clock.now())
 
     def unit(tx: Session) -> int:
@@ -408,6 +422,10 @@ async def _deliver_queued_now(runtime: Runtime, tenant_id: str, lead_id: str) ->
         submission = tx.leads.latest_submission(tenant_id, lead_id)
         if lead is None or submission is None or lead.status != "queued":
             raise InvalidState([f"status: the lead is {lead.status if lead else 'gone'}, no longer queued"])
-        return 1 if tx.jobs.due_now(submission.submission_id, now) else 0
+        if not tx.jobs.due_now(submission.submission_id, now):
+            return 0
+        audit.record(tx, tenant_id, actor, "lead.redeliver", lead_id, now, before=_audited(lead, submission),
+                     after={"status": "queued", "submissionId": submission.submission_id, "dueAt": now})
+        return 1
 
     return await runtime.store.write(unit, may_refuse=True)

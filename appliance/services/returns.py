@@ -28,6 +28,7 @@ from appliance.domain.returns import DEFAULT_RETURN_WINDOW_DAYS, RETURNED, retur
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import LedgerEntry, earn
 from appliance.services.tenant_settings import TenantSettings
@@ -99,6 +100,9 @@ async def return_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str
             found = [row for row in tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id, kind="return"), 1000)
                      if row["submissionId"] == submission_id and row["currency"] == lines[0].currency]
             entry = msgspec.convert(found[0], LedgerEntry) if found else None
+        audit.record(tx, tenant_id, returned_by, "lead.return", lead_id, now, before={"status": lead.status},
+                     after={"status": RETURNED, "reason": body.reason, "note": body.note,
+                            "deliveryEndpointId": endpoint_id, "submissionId": submission_id})
         return ReturnResult(lead_id=lead_id, status=RETURNED, entry=entry)
 
     return await runtime.store.write(unit, may_refuse=True)

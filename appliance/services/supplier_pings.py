@@ -33,7 +33,7 @@ from appliance.services.buyer_choice import auction_field, take_room
 from appliance.services.intake import CapCheck, resolve_campaign, source_cap_checks
 from appliance.services.opened_endpoints import OpenedEndpoints
 from appliance.services.tenant_settings import TenantSettings
-from appliance.storage import KeyRecord, PingRecord, Session
+from appliance.storage import Principal, PingRecord, Session
 
 FIXED_PAYOUT_TTL_SECONDS = 60  # how long a fixed payout offer stands (a campaign that does not auction)
 
@@ -72,7 +72,7 @@ def _over_limit(tx: Session, tenant_id: str, limits: list[tuple[CapCheck, dateti
                               message=f"Too many pings from this source: its {check.label} is reached")
 
 
-async def ping(runtime: Runtime, settings: TenantSettings, principal: KeyRecord, body: PingLead, registry: Registry,
+async def ping(runtime: Runtime, settings: TenantSettings, principal: Principal, body: PingLead, registry: Registry,
                http: httpx.AsyncClient, endpoints: OpenedEndpoints) -> PingAnswer:
     tenant_id = principal.tenant_id
     intake, source = resolve_campaign(settings, body.campaign_id, principal)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Annotated
 
+import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
 from appliance.clock import iso
@@ -20,6 +21,7 @@ from appliance.errors import NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.storage import Session
 
 MAX_VALUES = 1_000  # per field of one request (both fit in the 1 MiB body); larger sets: `appliance suppress`
@@ -61,10 +63,15 @@ def _listed(row: tuple) -> SuppressionList:
     return SuppressionList(list_id=list_id, name=name, count=count, created_at=created_at)
 
 
-async def create(runtime: Runtime, tenant_id: str, body: SuppressionListCreate) -> SuppressionList:
+async def create(runtime: Runtime, tenant_id: str, actor: str, body: SuppressionListCreate) -> SuppressionList:
     list_id, now = new_id("sup"), iso(runtime.clock.now())
     name = body.name.strip()
-    await runtime.store.write(lambda tx: tx.suppression.create_list(tenant_id, list_id, name, now))
+
+    def unit(tx: Session) -> None:
+        tx.suppression.create_list(tenant_id, list_id, name, now)
+        audit.record(tx, tenant_id, actor, "suppression.list_create", list_id, now, after={"name": name})
+
+    await runtime.store.write(unit)
     return SuppressionList(list_id=list_id, name=name, count=0, created_at=now)
 
 
@@ -95,7 +102,9 @@ def _hashes(region: str, name: str, values: list[str], problems: list[str]) -> l
     return found
 
 
-async def change_entries(runtime: Runtime, tenant_id: str, list_id: str, body: EntryChange) -> EntryChangeResult:
+async def change_entries(runtime: Runtime, tenant_id: str, actor: str, list_id: str,
+                         body: EntryChange) -> EntryChangeResult:
+    """The audit log keeps how many entries changed, never the values."""
     problems: list[str] = []
     if body.add is UNSET and body.remove is UNSET:
         problems.append("add: give values to add, remove or both")
@@ -107,12 +116,19 @@ async def change_entries(runtime: Runtime, tenant_id: str, list_id: str, body: E
     if problems:
         raise ValidationFailed(problems)
 
+    now = iso(runtime.clock.now())
+
     def unit(tx: Session) -> EntryChangeResult:
-        if tx.suppression.get_list(tenant_id, list_id) is None:
+        found = tx.suppression.get_list(tenant_id, list_id)
+        if found is None:
             raise NotFound()
         added = tx.suppression.add_many(list_id, adding)
         removed = tx.suppression.remove_many(list_id, removing)
-        return EntryChangeResult(added=added, removed=removed, count=tx.suppression.count(list_id))
+        result = EntryChangeResult(added=added, removed=removed, count=tx.suppression.count(list_id))
+        if added or removed:
+            audit.record(tx, tenant_id, actor, "suppression.entries_change", list_id, now,
+                         before={"count": _listed(found).count}, after=msgspec.to_builtins(result))
+        return result
 
     return await runtime.store.write(unit, may_refuse=True)
 
@@ -186,18 +202,24 @@ def open_csv(runtime: Runtime, tenant_id: str, list_id: str, data: bytes) -> Ite
     return itertools.chain([first] if first is not None else [], rows)
 
 
-def load_rows(runtime: Runtime, list_id: str, rows: Iterator[tuple[int, list[str]]], *, remove: bool = False,
-              progress: Callable[[int], None] | None = None) -> BulkReport:
-    """Add (or remove) every value of `open_csv`'s rows, BATCH_ROWS rows per write; a row without
-    a valid value is counted and reported by number, and the others are loaded."""
+def load_rows(runtime: Runtime, tenant_id: str, list_id: str, rows: Iterator[tuple[int, list[str]]], *,
+              remove: bool = False, progress: Callable[[int], None] | None = None) -> BulkReport:
+    """Add (or remove) every value of `open_csv`'s rows, BATCH_ROWS rows per write (each write
+    in the audit log as the command line's, with its count); a row without a valid value is
+    counted and reported by number, and the others are loaded."""
     region = runtime.config.defaults.region
     report = BulkReport(list_id=list_id)
     batch: list[bytes] = []
 
     def flush() -> None:
         digests = list(batch)
-        apply = (lambda tx: tx.suppression.remove_many(list_id, digests)) if remove else \
-            (lambda tx: tx.suppression.add_many(list_id, digests))
+
+        def apply(tx: Session) -> int:
+            changed = tx.suppression.remove_many(list_id, digests) if remove else tx.suppression.add_many(list_id, digests)
+            audit.record(tx, tenant_id, audit.CLI, "suppression.entries_change", list_id, iso(runtime.clock.now()),
+                         after={"removed" if remove else "added": changed, "from": "csv"})
+            return changed
+
         report.changed += runtime.store.write_sync(apply)
         batch.clear()
 

@@ -16,9 +16,12 @@ from appliance.services.bundle import BundleError, TenantBundle, load_bundle, sp
 from appliance.clock import iso
 from appliance.ids import is_id
 from appliance.domain.endpoint import AUTH_FIELDS, SEALED, sealed_fields
+from appliance.domain.permissions import ADMIN, KEY_ROLES
 from appliance.domain.secret_refs import endpoint_secret_ref, webhook_secret_ref
 from appliance.domain.standard_fields import STANDARD_FIELDS
+from appliance.crypto import SecretBox, SecretError
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.services.webhooks import url_problem
 from appliance.storage import DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS
 
@@ -40,6 +43,7 @@ class NewKey:
     kind: str
     source_id: str | None
     name: str
+    role: str = ADMIN
 
 
 def create_tenant(runtime: Runtime, name: str) -> str:
@@ -56,7 +60,7 @@ def create_tenant(runtime: Runtime, name: str) -> str:
     return runtime.store.write_sync(unit)
 
 
-def _require_tenant(runtime: Runtime, tenant_id: str) -> None:
+def require_tenant(runtime: Runtime, tenant_id: str) -> None:
     if not runtime.store.reader().tenants.tenant_exists(tenant_id):
         raise AdminError(f"tenant {tenant_id} does not exist")
 
@@ -69,8 +73,12 @@ def _source_ids(runtime: Runtime, tenant_id: str) -> set[str]:
     }
 
 
-def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: str | None = None) -> NewKey:
-    _require_tenant(runtime, tenant_id)
+def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: str | None = None,
+               role: str = ADMIN) -> NewKey:
+    """A tenant key of `role` (a source key has none: it submits and pings, nothing else)."""
+    require_tenant(runtime, tenant_id)
+    if role not in KEY_ROLES:
+        raise AdminError(f"role {role!r} is not a key role: one of {', '.join(KEY_ROLES)}")
     if source_id is not None and source_id not in _source_ids(runtime, tenant_id):
         raise AdminError(f"source {source_id} is not an ingestion source of any campaign of {tenant_id}")
     kind = "source" if source_id else "tenant"
@@ -80,7 +88,11 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
 
     def unit(tx):
         key_id = tx.tenants.insert_key(tenant_id=tenant_id, name=name, kind=kind, source_id=source_id,
-                                       prefix=prefix, key_hash=apikeys.key_hash(key), now=now)
+                                       prefix=prefix, key_hash=apikeys.key_hash(key), now=now,
+                                       role=role)
+        audit.record(tx, tenant_id, audit.CLI, "key.create", key_id, now,
+                     after={"name": name, "kind": kind, "role": None if source_id else role, "sourceId": source_id,
+                            "prefix": prefix})
         if source_id:
             tx.catalog.refresh_public_docs(tenant_id)
             tx.tenants.bump_config_rev(tenant_id)  # campaigns now show another keyPrefix
@@ -89,7 +101,8 @@ def create_key(runtime: Runtime, tenant_id: str, *, name: str = "", source_id: s
     key_id = runtime.store.write_sync(unit)
     if source_id:
         runtime.store.announce_admin_change()
-    return NewKey(key_id=key_id, key=key, prefix=prefix, tenant_id=tenant_id, kind=kind, source_id=source_id, name=name)
+    return NewKey(key_id=key_id, key=key, prefix=prefix, tenant_id=tenant_id, kind=kind, source_id=source_id, name=name,
+                  role=role)
 
 
 def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
@@ -111,7 +124,7 @@ def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
                              "no key has that key id, and no key is that key (not shown): "
                              "`key list --tenant T` lists the key ids")
         tx.tenants.revoke_key(key_id, now)
-        tx.console_sessions.delete_of_key(key_id)  # its console sign-ins end with it
+        audit.record(tx, tenant_id, audit.CLI, "key.revoke", key_id, now, after={"revokedAt": now})
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
         tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now
@@ -126,7 +139,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
     """Validate the whole bundle first, then upsert it in one transaction. Plaintext secrets are
     sealed before they reach storage; a source `apiKey` becomes that source's key. A new webhook
     without a secret gets one, returned (once) under `webhookSecrets`."""
-    _require_tenant(runtime, tenant_id)
+    require_tenant(runtime, tenant_id)
     reader = runtime.store.reader()
     bundle = load_bundle(
         raw, fmt,
@@ -161,16 +174,24 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
     now = iso(runtime.clock.now())
 
     def unit(tx):
+        before = _catalog(tx, tenant_id)
         for source_id, plain in source_keys:
             digest = apikeys.key_hash(plain)
             owner = tx.tenants.key_owner_by_hash(digest)
             if owner is None:
-                tx.tenants.insert_key(tenant_id=tenant_id, name=f"imported for {source_id}", kind="source",
-                                      source_id=source_id, prefix=apikeys.display_prefix(plain), key_hash=digest, now=now)
+                name, shown = f"imported for {source_id}", apikeys.display_prefix(plain)
+                key_id = tx.tenants.insert_key(tenant_id=tenant_id, name=name, kind="source", source_id=source_id,
+                                               prefix=shown, key_hash=digest, now=now)
+                audit.record(tx, tenant_id, audit.CLI, "key.create", key_id, now,
+                             after={"name": name, "kind": "source", "role": None, "sourceId": source_id,
+                                    "prefix": shown})
             elif owner != (tenant_id, source_id):
                 raise AdminError(f"the apiKey of source {source_id} is already in use by another key")
         for ref, blob in sealed.items():
+            change = _secret_change(tx, runtime.box, tenant_id, ref, plaintexts[ref])
             tx.secrets.put(tenant_id, ref, blob, now)
+            if change is not None:  # the ref names the credential, never its value
+                audit.record(tx, tenant_id, audit.CLI, f"bundle.secret.{change}", ref, now)
         for item in bundle.value_sets:
             tx.catalog.upsert_doc(VALUE_SETS, tenant_id, item.value_set_id, item, None)
         for item in bundle.questionnaires:
@@ -184,11 +205,14 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
                                   extra={"platform": pixel.platform})
         if bundle.sms is not None:
             tx.catalog.put_sms_config(tenant_id, bundle.sms)
+        if bundle.settings is not None:
+            tx.tenants.put_settings(tenant_id, bundle.settings)
         for hook in bundle.webhooks:
             stored = Webhook(**{f: getattr(hook, f) for f in Webhook.__struct_fields__})
             tx.catalog.upsert_doc(WEBHOOKS, tenant_id, hook.webhook_id, stored, now)
         for campaign in bundle.campaigns:
             tx.catalog.upsert_campaign(tenant_id, campaign, now)
+        _audit_items(tx, tenant_id, before, _catalog(tx, tenant_id), now)
         tx.catalog.refresh_public_docs(tenant_id)
         tx.tenants.bump_config_rev(tenant_id)
         tx.jobs.release_paused(tenant_id, None, now)  # each looks again where it goes now
@@ -200,8 +224,54 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         "fieldLibrary": len(bundle.field_library), "valueSets": len(bundle.value_sets),
         "deliveryEndpoints": len(bundle.delivery_endpoints), "pixels": len(bundle.pixels),
         "sms": int(bundle.sms is not None), "webhooks": len(bundle.webhooks), "secrets": len(sealed),
+        "settings": int(bundle.settings is not None),
         **({"webhookSecrets": generated} if generated else {}),
     }
+
+
+# The bundle's items by their kind in the audit log (`bundle.<kind>.<change>`) and id attribute.
+_AUDITED_DOCS = (("valueSet", VALUE_SETS, "value_set_id"), ("questionnaire", QUESTIONNAIRES, "questionnaire_id"),
+                 ("field", FIELD_LIBRARY, "key"), ("deliveryEndpoint", DELIVERY_ENDPOINTS, "delivery_endpoint_id"),
+                 ("pixel", PIXELS, "pixel_id"), ("webhook", WEBHOOKS, "webhook_id"))
+
+
+def _catalog(tx, tenant_id: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The tenant's configuration items by (kind, id) as plain data, without the stamps every
+    import moves. Stored items hold no secret: split_secrets took them off before storing."""
+    items: dict[tuple[str, str], Any] = {
+        (kind, getattr(doc, id_name)): doc
+        for kind, table, id_name in _AUDITED_DOCS for doc in tx.catalog.load_docs(table, tenant_id)}
+    items.update({("campaign", c.campaign_id): c for c in tx.catalog.all_campaigns(tenant_id)})
+    sms = tx.catalog.get_sms_config(tenant_id)
+    if sms is not None:
+        items[("sms", "sms")] = sms
+    items[("settings", "settings")] = tx.tenants.settings(tenant_id)
+    plain = {key: msgspec.to_builtins(item) for key, item in items.items()}
+    for doc in plain.values():
+        doc.pop("createdAt", None)
+        doc.pop("updatedAt", None)
+    return plain
+
+
+def _audit_items(tx, tenant_id: str, before: dict[tuple[str, str], Any], after: dict[tuple[str, str], Any],
+                 now: str) -> None:
+    """One audit entry per item the import created, changed or removed, with its before and after."""
+    for key in [*after, *(key for key in before if key not in after)]:
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            change = "create" if old is None else "delete" if new is None else "update"
+            audit.record(tx, tenant_id, audit.CLI, f"bundle.{key[0]}.{change}", key[1], now, before=old, after=new)
+
+
+def _secret_change(tx, box: SecretBox, tenant_id: str, ref: str, plain: str) -> str | None:
+    """`create` or `update` for a credential the import stores; None when it is the one stored."""
+    stored = tx.secrets.get(tenant_id, ref)
+    if stored is None:
+        return "create"
+    try:
+        return None if box.open_bytes(stored, f"{tenant_id}/{ref}") == plain else "update"
+    except SecretError:  # sealed under another master key: replaced
+        return "update"
 
 
 def _unsendable_urls(bundle: TenantBundle) -> list[str]:
@@ -235,7 +305,7 @@ def _sealed_without_secret(tx, tenant_id: str, bundle: TenantBundle, plaintexts:
 def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:
     """Everything but secrets: they stay sealed in this install, and importing the export back
     leaves them as they are."""
-    _require_tenant(runtime, tenant_id)
+    require_tenant(runtime, tenant_id)
     tx = runtime.store.reader()
     return TenantBundle(
         campaigns=tx.catalog.all_campaigns(tenant_id),
@@ -246,6 +316,7 @@ def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:
         sms=tx.catalog.get_sms_config(tenant_id),
         pixels=tx.catalog.load_docs(PIXELS, tenant_id),
         webhooks=[BundleWebhook(**msgspec.structs.asdict(w)) for w in tx.catalog.load_docs(WEBHOOKS, tenant_id)],
+        settings=tx.tenants.settings(tenant_id),
     )
 
 

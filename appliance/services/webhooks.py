@@ -22,6 +22,7 @@ from appliance.errors import NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model, invalid
 from appliance.runtime import Runtime
+from appliance.services import audit
 from appliance.storage import WEBHOOKS, Session
 
 Description = Annotated[str, Meta(max_length=500)]
@@ -106,11 +107,17 @@ def url_problem(url: str, allow_private: bool, field: str = "url") -> str | None
     return f"{field}: {reason}" if reason else None
 
 
+def _audited(webhook: Webhook, secret_set: bool) -> dict:
+    """The subscription as the audit log keeps it: a secret this change set shows as masked."""
+    shown = msgspec.to_builtins(webhook)
+    return {**shown, "secret": audit.MASK} if secret_set else shown
+
+
 def _announce(runtime: Runtime) -> None:
     runtime.store.announce_admin_change()
 
 
-async def create(runtime: Runtime, tenant_id: str, body: WebhookCreate) -> CreatedWebhook:
+async def create(runtime: Runtime, tenant_id: str, actor: str, body: WebhookCreate) -> CreatedWebhook:
     problem = url_problem(body.url, runtime.config.delivery.allow_private_addresses)
     if problem:
         raise ValidationFailed([problem])
@@ -128,6 +135,7 @@ async def create(runtime: Runtime, tenant_id: str, body: WebhookCreate) -> Creat
         tx.secrets.put(tenant_id, ref, sealed, now)
         tx.catalog.upsert_doc(WEBHOOKS, tenant_id, webhook_id, webhook, None)
         tx.tenants.bump_config_rev(tenant_id)
+        audit.record(tx, tenant_id, actor, "webhook.create", webhook_id, now, after=_audited(webhook, True))
 
     await runtime.store.write(unit, may_refuse=True)
     _announce(runtime)
@@ -149,7 +157,7 @@ def get(runtime: Runtime, tenant_id: str, webhook_id: str) -> Webhook:
     return found
 
 
-async def change(runtime: Runtime, tenant_id: str, webhook_id: str, body: WebhookChange) -> Webhook:
+async def change(runtime: Runtime, tenant_id: str, actor: str, webhook_id: str, body: WebhookChange) -> Webhook:
     if body.url is not UNSET:
         problem = url_problem(body.url, runtime.config.delivery.allow_private_addresses)
         if problem:
@@ -171,6 +179,8 @@ async def change(runtime: Runtime, tenant_id: str, webhook_id: str, body: Webhoo
             tx.secrets.put(tenant_id, ref, sealed, now)
         tx.catalog.upsert_doc(WEBHOOKS, tenant_id, webhook_id, changed, None)
         tx.tenants.bump_config_rev(tenant_id)
+        audit.record(tx, tenant_id, actor, "webhook.update", webhook_id, now, before=_audited(stored, False),
+                     after=_audited(changed, sealed is not None))
         return changed
 
     changed = await runtime.store.write(unit, may_refuse=True)
@@ -178,15 +188,21 @@ async def change(runtime: Runtime, tenant_id: str, webhook_id: str, body: Webhoo
     return changed
 
 
-async def delete(runtime: Runtime, tenant_id: str, webhook_id: str) -> DeletedWebhook:
+async def delete(runtime: Runtime, tenant_id: str, actor: str, webhook_id: str) -> DeletedWebhook:
     """The subscription, its secret and the events still waiting for it go; its attempts log stays."""
+    now = iso(runtime.clock.now())
 
     def unit(tx: Session) -> int:
-        if not tx.catalog.delete_doc(WEBHOOKS, tenant_id, webhook_id):
+        stored = tx.catalog.get_doc(WEBHOOKS, tenant_id, webhook_id)
+        if stored is None:
             raise NotFound()
+        tx.catalog.delete_doc(WEBHOOKS, tenant_id, webhook_id)
         tx.secrets.delete(tenant_id, webhook_secret_ref(webhook_id))
         tx.tenants.bump_config_rev(tenant_id)
-        return tx.webhooks.drop_events(tenant_id, webhook_id)
+        dropped = tx.webhooks.drop_events(tenant_id, webhook_id)
+        audit.record(tx, tenant_id, actor, "webhook.delete", webhook_id, now, before=_audited(stored, False),
+                     after={"droppedEvents": dropped})
+        return dropped
 
     dropped = await runtime.store.write(unit, may_refuse=True)
     _announce(runtime)

@@ -6,6 +6,7 @@ The rest of the appliance imports only what this module exports: the store and i
 from pathlib import Path
 
 from appliance.storage.activity import ActivityRow
+from appliance.storage.audit import AuditFilter, AuditRow
 from appliance.storage.catalog import (
     DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
@@ -22,7 +23,8 @@ from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.pings import PingRecord
 from appliance.storage.postgres.url import redact as redact_url
 from appliance.storage.store import Session, Store, Unit
-from appliance.storage.tenants import KeyListing, KeyRecord
+from appliance.storage.tenants import KeyListing, Principal
+from appliance.storage.users import UserRecord
 from appliance.storage.webhooks import NewEvents, OutboxEvent
 
 
@@ -67,7 +69,7 @@ __all__ = [
     "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
-    "ActivityRow", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "KeyRecord", "LeadFilter", "LedgerFilter",
+    "ActivityRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",
     "ClaimLost", "Message", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
     "restore_database", "hand_over_the_gil_quickly",

@@ -35,10 +35,10 @@ class Activity:
         )
 
     def page(self, tenant_id: str, before_id: int | None, limit: int) -> list[tuple]:
-        """(id, key name, method, route, status, duration_ms, at, request_id) of the tenant's
-        requests, newest first, below the row id `before_id` when given."""
+        """(id, key name, method, route, status, duration_ms, at, request_id, key or user id) of
+        the tenant's requests, newest first, below the row id `before_id` when given."""
         return self._conn.execute(
-            "SELECT a.id, k.name, a.method, a.route, a.status, a.duration_ms, a.at, a.request_id"
+            "SELECT a.id, k.name, a.method, a.route, a.status, a.duration_ms, a.at, a.request_id, a.key_id"
             " FROM activity_log a LEFT JOIN api_keys k ON k.key_id = a.key_id"
             " WHERE a.tenant_id = ? AND a.id < ? ORDER BY a.id DESC LIMIT ?",
             (tenant_id, before_id if before_id is not None else 2**63 - 1, limit),

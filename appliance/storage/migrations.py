@@ -638,3 +638,79 @@ def m015_supplier_pings(conn: apsw.Connection) -> None:
         CREATE INDEX leads_by_phone_hash ON leads(tenant_id, phone_hash64, created_at) WHERE phone_hash64 IS NOT NULL;
         """
     )
+
+
+@migration
+def m016_people(conn: apsw.Connection) -> None:
+    # Staff and party users (storage/users.py), their one-time setup links, the sign-in throttle,
+    # the audit log (storage/audit.py), tenants' own settings and keys' roles (today's keys stay `admin`). Console
+    # sessions now belong to users: the sessions of API keys end here, since keys no longer open
+    # the console. Setup tokens and session tokens are stored only as their SHA-256.
+    conn.execute(
+        """
+        ALTER TABLE api_keys ADD COLUMN role TEXT NOT NULL DEFAULT 'admin';
+        ALTER TABLE tenants ADD COLUMN settings TEXT NOT NULL DEFAULT '{}';  -- the bundle's `settings`
+        CREATE TABLE users (
+            user_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            email TEXT NOT NULL,    -- lower case: one spelling per address
+            name TEXT NOT NULL DEFAULT '',
+            role TEXT NOT NULL,
+            client_id TEXT,
+            supplier_id TEXT,
+            active INTEGER NOT NULL DEFAULT 1,
+            password_hash TEXT,     -- argon2id, PHC string; NULL until the setup link is used
+            totp_secret BLOB,       -- sealed with the master key; NULL until enrolled
+            totp_pending BLOB,      -- a secret being enrolled, sealed
+            totp_last_step INTEGER, -- the last accepted code's time step: a code works once
+            recovery_codes TEXT NOT NULL DEFAULT '[]',  -- SHA-256 hex of the unused codes
+            created_at TEXT NOT NULL,
+            last_sign_in_at TEXT,
+            UNIQUE (tenant_id, email)
+        );
+        CREATE INDEX users_by_email ON users(email);
+        CREATE TABLE setup_tokens (
+            token_hash BLOB PRIMARY KEY CHECK (length(token_hash) = 32),
+            user_id TEXT NOT NULL REFERENCES users(user_id),
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL,
+            used_at TEXT
+        ) WITHOUT ROWID;
+        CREATE INDEX setup_tokens_by_user ON setup_tokens(user_id);
+        CREATE TABLE sign_in_throttle (
+            subject TEXT PRIMARY KEY,  -- 'email:<address>' or 'ip:<address>'
+            failures INTEGER NOT NULL,
+            blocked_until TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        DROP TABLE console_sessions;
+        CREATE TABLE console_sessions (
+            session_hash BLOB PRIMARY KEY CHECK (length(session_hash) = 32),
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            user_id TEXT NOT NULL REFERENCES users(user_id),
+            stage TEXT NOT NULL,    -- 'live', or a step still owed: 'code' (TOTP), 'enrol'
+            csrf_token TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            expires_at TEXT NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX console_sessions_by_user ON console_sessions(user_id);
+        CREATE INDEX console_sessions_by_expiry ON console_sessions(expires_at);
+        CREATE TABLE audit_log (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            audit_id TEXT NOT NULL UNIQUE,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            at TEXT NOT NULL,
+            actor TEXT NOT NULL,
+            action TEXT NOT NULL,
+            target TEXT,
+            before TEXT,            -- JSON, secrets never in it
+            after TEXT,
+            ip TEXT,
+            request_id TEXT
+        );
+        CREATE INDEX audit_by_tenant ON audit_log(tenant_id, seq);
+        CREATE INDEX audit_by_at ON audit_log(at);
+        CREATE TRIGGER audit_log_append_only BEFORE UPDATE ON audit_log
+        BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
+        """
+    )

@@ -4,7 +4,7 @@ A `Store` runs units of work and hands out read sessions; a `Session` is one con
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
 `tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`,
-`tx.auctions`, `tx.pings`).
+`tx.auctions`, `tx.pings`, `tx.users`, `tx.audit`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -20,6 +20,7 @@ store.reader() as tx:` makes the reads inside one transaction, all as of the sam
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ from typing import TypeVar
 import apsw
 
 from appliance.storage.activity import Activity
+from appliance.storage.audit import Audit
+from appliance.storage.users import Users
 from appliance.storage.auctions import Auctions
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import Catalog
@@ -54,8 +57,8 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
-                 "messages", "reports", "secrets", "suppression", "tenants", "webhooks")
+    __slots__ = ("_conn", "activity", "audit", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
+                 "messages", "reports", "secrets", "suppression", "tenants", "users", "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -69,6 +72,8 @@ class Session:
         self.messages = Messages(conn)
         self.files = Files(conn)
         self.activity = Activity(conn)
+        self.audit = Audit(conn)
+        self.users = Users(conn)
         self.reports = Reports(conn)
         self.webhooks = Webhooks(conn)
         self.suppression = Suppression(conn)
@@ -113,8 +118,10 @@ class Store:
     # ---- units of work ----------------------------------------------------------------------
 
     def _on_writer(self, unit: Unit[T]) -> Callable[[apsw.Connection], T]:
-        writer = self._writer
-        return lambda _conn: unit(writer)
+        # In its caller's context wherever the group runs it (another request's, the writer
+        # thread): the audit log's request id and address, and log lines, are the caller's.
+        writer, context = self._writer, contextvars.copy_context()
+        return lambda _conn: context.run(unit, writer)
 
     def _full(self, exc: apsw.FullError) -> StorageUnavailable:
         """A full disk: nothing of the unit was kept, and freeing space is the remedy (not a bug)."""

@@ -5,22 +5,35 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import apsw
+import msgspec
 
+from appliance.domain.tenant_options import TenantOptions
 from appliance.ids import new_id
 
 
-class KeyRecord(NamedTuple):
-    key_id: str
+class Principal(NamedTuple):
+    """Who makes a request: an API key (kind `tenant` or `source`) or a signed-in user (`user`)."""
+
+    id: str  # the key's id, or the user's
     tenant_id: str
     kind: str
     source_id: str | None
     config_rev: int  # the tenant's, read with the key so config caches check freshness for free
+    role: str = "admin"
+
+    @property
+    def actor(self) -> str:
+        """How records name who did something: `user:<userId>` or `key:<keyId>` (`cli` for the CLI)."""
+        if self.kind == "user":
+            return "user:" + self.id
+        return self.id if self.id == "cli" else "key:" + self.id
 
 
 class KeyListing(NamedTuple):
     key_id: str
     name: str
     kind: str
+    role: str
     source_id: str | None
     prefix: str
     created_at: str
@@ -49,6 +62,14 @@ class Tenants:
     def tenant_exists(self, tenant_id: str) -> bool:
         return self._conn.execute("SELECT 1 FROM tenants WHERE tenant_id = ?", (tenant_id,)).fetchone() is not None
 
+    def settings(self, tenant_id: str) -> TenantOptions:
+        found = self._conn.execute("SELECT settings FROM tenants WHERE tenant_id = ?", (tenant_id,)).fetchone()
+        return msgspec.json.decode(found[0], type=TenantOptions) if found else TenantOptions()
+
+    def put_settings(self, tenant_id: str, options: TenantOptions) -> None:
+        self._conn.execute("UPDATE tenants SET settings = ? WHERE tenant_id = ?",
+                           (msgspec.json.encode(options).decode(), tenant_id))
+
     def bump_config_rev(self, tenant_id: str) -> None:
         self._conn.execute("UPDATE tenants SET config_rev = config_rev + 1 WHERE tenant_id = ?", (tenant_id,))
 
@@ -66,28 +87,29 @@ class Tenants:
         prefix: str,
         key_hash: bytes,
         now: str,
+        role: str = "admin",
     ) -> str:
         key_id = new_id("key")
         self._conn.execute(
-            "INSERT INTO api_keys(key_id, tenant_id, name, kind, source_id, prefix, key_hash, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (key_id, tenant_id, name, kind, source_id, prefix, key_hash, now),
+            "INSERT INTO api_keys(key_id, tenant_id, name, kind, source_id, prefix, key_hash, created_at, role)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key_id, tenant_id, name, kind, source_id, prefix, key_hash, now, role),
         )
         return key_id
 
-    def find_active_key(self, key_hash: bytes) -> KeyRecord | None:
+    def find_active_key(self, key_hash: bytes) -> Principal | None:
         found = self._conn.execute(
-            "SELECT k.key_id, k.tenant_id, k.kind, k.source_id, t.config_rev FROM api_keys k"
+            "SELECT k.key_id, k.tenant_id, k.kind, k.source_id, t.config_rev, k.role FROM api_keys k"
             " JOIN tenants t ON t.tenant_id = k.tenant_id WHERE k.key_hash = ? AND k.revoked_at IS NULL",
             (key_hash,),
         ).fetchone()
-        return KeyRecord(*found) if found else None
+        return Principal(*found) if found else None
 
     def list_keys(self, tenant_id: str) -> list[KeyListing]:
         return [
             KeyListing(*row)
             for row in self._conn.execute(
-                "SELECT key_id, name, kind, source_id, prefix, created_at, revoked_at, last_used_at"
+                "SELECT key_id, name, kind, role, source_id, prefix, created_at, revoked_at, last_used_at"
                 " FROM api_keys WHERE tenant_id = ? ORDER BY created_at, key_id",
                 (tenant_id,),
             )

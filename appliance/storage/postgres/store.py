@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from appliance.storage.activity import Activity
+from appliance.storage.audit import Audit
+from appliance.storage.users import Users
 from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.files import Files
@@ -62,6 +64,8 @@ class PgSession(Session):
         self.messages = Messages(conn)
         self.files = Files(conn)
         self.activity = Activity(conn)
+        self.audit = Audit(conn)
+        self.users = Users(conn)
         self.reports = PgReports(conn)
         self.webhooks = Webhooks(conn)
         self.suppression = PgSuppression(conn)
