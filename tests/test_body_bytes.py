@@ -32,6 +32,8 @@ BODIES = {
     ("PATCH", "/api/v1/webhooks/{webhookId}"): b'{"description":"%s"}',
     ("POST", "/api/v1/users"): b'{"email":"x@example.com","role":"viewer","name":"%s"}',
     ("PATCH", "/api/v1/users/{userId}"): b'{"name":"%s"}',
+    ("POST", "/api/v1/clients"): b'{"clientId":"c1","name":"%s"}',
+    ("PATCH", "/api/v1/clients/{clientId}"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists/{listId}/entries"): b'{"add":["%s@example.com"]}',
     ("POST", "/api/v1/endpoints/{deliveryEndpointId}/pause"): b'{"reason":"%s"}',
@@ -46,6 +48,7 @@ SPOILED_FIELD = {
     "/api/v1/sms/send": "message", "/api/v1/pixels/fire": "eventName", "/api/v1/webhooks": "description",
     "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
     "/api/v1/users": "name", "/api/v1/users/{userId}": "name",
+    "/api/v1/clients": "name", "/api/v1/clients/{clientId}": "name",
     "/api/v1/suppression-lists": "name", "/api/v1/suppression-lists/{listId}/entries": "add[0]",
     "/api/v1/endpoints/{deliveryEndpointId}/pause": "reason", "/api/v1/endpoints/{deliveryEndpointId}/resume": "reason",
 }

@@ -34,7 +34,8 @@ Deliberately excluded, and why:
   dateOfBirth as a real date, field library rules, as bulk update and submit), importLeads (the
   file must be UTF-8 CSV whose header names submit fields, the campaign must exist), createUser
   and updateUser (a real email address unique in the tenant, `clientId` only and always with
-  `buyer`, `supplierId` with `supplier`, no staff role turned into a party's). Every other
+  `buyer`, `supplierId` with `supplier`, no staff role turned into a party's), createClient and
+  updateClient (a clientId not in use; a `creditLimit` only on a `credit` client). Every other
   check still runs on them, negative data included.
 - `object_level_authorization` needs a second principal inside schemathesis; cross-tenant access
   is covered route by route in tests/test_security.py instead.
@@ -64,7 +65,8 @@ TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
 SEMANTIC_BODIES = ("submitLead", "pingLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
-                   "redeliverLeads", "changeSuppressionEntries", "updateLead", "importLeads", "createUser", "updateUser")
+                   "redeliverLeads", "changeSuppressionEntries", "updateLead", "importLeads", "createUser", "updateUser",
+                   "createClient", "updateClient")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 
 

@@ -70,6 +70,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
     client.post(f"/api/v1/suppression-lists/{their_list}/entries", json={"add": ["jane2@example.com"]},
                 headers=other_tenant.headers)
     client.post("/api/v1/endpoints/O-ep/pause", json={"reason": "theirs"}, headers=other_tenant.headers)
+    client.post("/api/v1/clients", json={"clientId": "their-client", "name": "Theirs"}, headers=other_tenant.headers)
     their_user = client.post("/api/v1/users", json={"email": "theirs@example.com", "role": "viewer"},
                              headers=other_tenant.headers).json()["data"]["userId"]
     their_import = client.post("/api/v1/leads/import", headers=other_tenant.headers, data={
@@ -111,11 +112,13 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("GET", "/api/v1/users/{userId}"): None,
         ("PATCH", "/api/v1/users/{userId}"): {"role": "owner", "active": False},
         ("DELETE", "/api/v1/users/{userId}"): None,
+        ("GET", "/api/v1/clients/{clientId}"): None,
+        ("PATCH", "/api/v1/clients/{clientId}"): {"name": "Mine now"},
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
                    webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep", importId=their_import,
-                   userId=their_user)
+                   userId=their_user, clientId="their-client")
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.

@@ -131,6 +131,7 @@ TAGS = [
     Tag(name="Reports", description="Lead counts and margin over a date range."),
     Tag(name="Activity", description="The requests made with the tenant's keys."),
     Tag(name="Audit", description="Who changed what, when and from where: the tenant's append-only audit log."),
+    Tag(name="Clients", description="The buyers an agency sells to, as records: billing and return policy."),
     Tag(name="Users", description="The tenant's people: their roles, access and one-time setup links."),
     Tag(name="Health", description="Liveness for load balancers and monitors; no key needed."),
 ]

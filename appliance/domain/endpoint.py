@@ -184,6 +184,7 @@ class DeliveryEndpoint(Model):
     return_window_days: int = 30
     health_policy: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
     ping: EndpointPing | None = None  # asked for a bid first when the campaign sells at auction
+    client_id: str | None = None  # the client (buyer) its sales are charged to; none: the campaign's
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():

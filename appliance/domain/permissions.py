@@ -39,6 +39,8 @@ NEEDED: dict[str, str] = {
     # people and the record of what they did
     "listUsers": ADMIN, "getUser": ADMIN, "createUser": ADMIN, "updateUser": ADMIN, "disableUser": ADMIN,
     "listAudit": ADMIN,
+    # clients: the configuration
+    "listClients": VIEWER, "getClient": VIEWER, "createClient": ADMIN, "updateClient": ADMIN,
     # the console
     "console:read": VIEWER, "console:decide": REVIEWER, "console:repost": REVIEWER,
     "console:redeliver": MANAGER, "console:pause": MANAGER, "console:import": MANAGER, "console:users": ADMIN, "console:audit": ADMIN,

@@ -24,6 +24,7 @@ from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.domain.secret_refs import (
     endpoint_secret_ref, pixel_token_ref, sms_secret_ref, source_key_ref, webhook_secret_ref,
 )
+from appliance.domain.client import ClientRecord
 from appliance.domain.tenant_options import TenantOptions
 from appliance.domain.webhooks import BundleWebhook
 from appliance.model import Model, all_problems, describe_validation_error, join_path
@@ -42,6 +43,7 @@ class TenantBundle(Model):
     pixels: list[Pixel] = []
     webhooks: list[BundleWebhook] = []
     settings: TenantOptions | None = None  # the tenant's own: `requireTwoFactor`
+    clients: list[ClientRecord] = []
 
 
 class BundleError(Exception):
@@ -71,6 +73,7 @@ def load_bundle(
     known_questionnaires: frozenset[str] | None = None,
     known_suppression_lists: frozenset[str] | None = None,
     known_pinging_endpoints: frozenset[str] = frozenset(),
+    known_clients: frozenset[str] = frozenset(),
     stored_campaigns: Sequence[Campaign] = (),
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
@@ -86,6 +89,7 @@ def load_bundle(
         pinging=(known_pinging_endpoints - {e.delivery_endpoint_id for e in bundle.delivery_endpoints})
         | {e.delivery_endpoint_id for e in bundle.delivery_endpoints if e.ping is not None},
         campaigns=known_campaigns | {c.campaign_id for c in bundle.campaigns},
+        clients=known_clients | {c.client_id for c in bundle.clients},
         questionnaires=(
             None if known_questionnaires is None and not bundle.questionnaires
             else (known_questionnaires or frozenset()) | {q.questionnaire_id for q in bundle.questionnaires}
@@ -176,6 +180,7 @@ _ITEM_SECTIONS: dict[str, type[Model]] = {
     "deliveryEndpoints": DeliveryEndpoint,
     "pixels": Pixel,
     "webhooks": BundleWebhook,
+    "clients": ClientRecord,
 }
 
 
@@ -222,6 +227,7 @@ def _decode(data: Any) -> TenantBundle:
         pixels=sections["pixels"],
         webhooks=sections["webhooks"],
         settings=sections.get("settings"),
+        clients=sections["clients"],
     )
 
 
@@ -299,6 +305,7 @@ def _cross_check(
     endpoints: frozenset[str],
     pinging: frozenset[str],
     campaigns: frozenset[str],
+    clients: frozenset[str],
     questionnaires: frozenset[str] | None,
 ) -> list[str]:
     problems = [
@@ -311,6 +318,9 @@ def _cross_check(
                      lambda e: e.delivery_endpoint_id),
         *_duplicates("pixels", bundle.pixels, "pixelId", lambda p: p.pixel_id),
         *_duplicates("webhooks", bundle.webhooks, "webhookId", lambda w: w.webhook_id),
+        *_duplicates("clients", bundle.clients, "clientId", lambda c: c.client_id),
+        *[f"deliveryEndpoints[{i}].clientId: unknown client" for i, e in enumerate(bundle.delivery_endpoints)
+          if e.client_id is not None and e.client_id not in clients],
     ]
     for i, q in enumerate(bundle.questionnaires):
         problems += _duplicates(f"questionnaires[{i}].questions", q.questions, "key", lambda x: x.key)

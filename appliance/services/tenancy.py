@@ -23,7 +23,7 @@ from appliance.crypto import SecretBox, SecretError
 from appliance.runtime import Runtime
 from appliance.services import audit
 from appliance.services.webhooks import url_problem
-from appliance.storage import DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS
+from appliance.storage import CLIENTS, DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS
 
 
 class AdminError(Exception):
@@ -147,6 +147,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         known_endpoints=frozenset(reader.catalog.doc_ids(DELIVERY_ENDPOINTS, tenant_id)),
         known_campaigns=frozenset(reader.catalog.campaign_ids(tenant_id)),
         known_suppression_lists=frozenset(reader.suppression.list_ids(tenant_id)),
+        known_clients=frozenset(reader.catalog.doc_ids(CLIENTS, tenant_id)),
         known_pinging_endpoints=frozenset(e.delivery_endpoint_id for e in
                                           reader.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
                                           if e.ping is not None),
@@ -192,6 +193,8 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
             tx.secrets.put(tenant_id, ref, blob, now)
             if change is not None:  # the ref names the credential, never its value
                 audit.record(tx, tenant_id, audit.CLI, f"bundle.secret.{change}", ref, now)
+        for client in bundle.clients:
+            tx.catalog.upsert_doc(CLIENTS, tenant_id, client.client_id, client, now)
         for item in bundle.value_sets:
             tx.catalog.upsert_doc(VALUE_SETS, tenant_id, item.value_set_id, item, None)
         for item in bundle.questionnaires:
@@ -224,7 +227,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
         "fieldLibrary": len(bundle.field_library), "valueSets": len(bundle.value_sets),
         "deliveryEndpoints": len(bundle.delivery_endpoints), "pixels": len(bundle.pixels),
         "sms": int(bundle.sms is not None), "webhooks": len(bundle.webhooks), "secrets": len(sealed),
-        "settings": int(bundle.settings is not None),
+        "settings": int(bundle.settings is not None), "clients": len(bundle.clients),
         **({"webhookSecrets": generated} if generated else {}),
     }
 
@@ -232,7 +235,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
 # The bundle's items by their kind in the audit log (`bundle.<kind>.<change>`) and id attribute.
 _AUDITED_DOCS = (("valueSet", VALUE_SETS, "value_set_id"), ("questionnaire", QUESTIONNAIRES, "questionnaire_id"),
                  ("field", FIELD_LIBRARY, "key"), ("deliveryEndpoint", DELIVERY_ENDPOINTS, "delivery_endpoint_id"),
-                 ("pixel", PIXELS, "pixel_id"), ("webhook", WEBHOOKS, "webhook_id"))
+                 ("pixel", PIXELS, "pixel_id"), ("webhook", WEBHOOKS, "webhook_id"), ("client", CLIENTS, "client_id"))
 
 
 def _catalog(tx, tenant_id: str) -> dict[tuple[str, str], dict[str, Any]]:
@@ -317,6 +320,7 @@ def export_bundle(runtime: Runtime, tenant_id: str) -> TenantBundle:
         pixels=tx.catalog.load_docs(PIXELS, tenant_id),
         webhooks=[BundleWebhook(**msgspec.structs.asdict(w)) for w in tx.catalog.load_docs(WEBHOOKS, tenant_id)],
         settings=tx.tenants.settings(tenant_id),
+        clients=tx.catalog.load_docs(CLIENTS, tenant_id),
     )
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from appliance.storage.activity import ActivityRow
 from appliance.storage.audit import AuditFilter, AuditRow
 from appliance.storage.catalog import (
-    DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
+    CLIENTS, DELIVERY_ENDPOINTS, FIELD_LIBRARY, PIXELS, QUESTIONNAIRES, VALUE_SETS, WEBHOOKS, CampaignFilter,
 )
 from appliance.storage.console_sessions import ConsoleSessionRecord
 from appliance.storage.db import (
@@ -66,7 +66,7 @@ def restore_to_postgresql(file: Path, url: str) -> None:
 
 
 __all__ = [
-    "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
+    "CLIENTS", "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",

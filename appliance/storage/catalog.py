@@ -12,6 +12,7 @@ import msgspec
 
 from appliance.domain.campaign import Campaign, public_campaign
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
+from appliance.domain.client import ClientRecord
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.messaging import Pixel, SmsConfig
 from appliance.domain.webhooks import Webhook
@@ -63,6 +64,7 @@ FIELD_LIBRARY = _DocTable("field_library", "key", FieldLibraryEntry)
 DELIVERY_ENDPOINTS = _DocTable("delivery_endpoints", "endpoint_id", DeliveryEndpoint)
 PIXELS = _DocTable("pixels", "pixel_id", Pixel)
 WEBHOOKS = _DocTable("webhooks", "webhook_id", Webhook)
+CLIENTS = _DocTable("clients", "client_id", ClientRecord)
 
 
 class Catalog:

@@ -714,3 +714,18 @@ def m016_people(conn: apsw.Connection) -> None:
         BEGIN SELECT RAISE(ABORT, 'the audit log is append-only'); END;
         """
     )
+
+
+@migration
+def m017_clients(conn: apsw.Connection) -> None:
+    # Clients (buyers) as records of their own (storage/catalog.py's CLIENTS), a document each.
+    conn.execute(
+        """
+        CREATE TABLE clients (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            client_id TEXT NOT NULL,
+            doc BLOB NOT NULL,
+            PRIMARY KEY (tenant_id, client_id)
+        );
+        """
+    )

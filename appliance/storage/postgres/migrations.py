@@ -585,6 +585,15 @@ CREATE TRIGGER audit_log_append_only BEFORE UPDATE ON audit_log
     FOR EACH ROW EXECUTE FUNCTION audit_log_append_only();
 """)
 
+_migration("m017_clients", """
+CREATE TABLE clients (
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    client_id text NOT NULL,
+    doc bytea NOT NULL,
+    PRIMARY KEY (tenant_id, client_id)
+);
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """
