@@ -33,6 +33,8 @@ BODIES = {
     ("POST", "/api/v1/users"): b'{"email":"x@example.com","role":"viewer","name":"%s"}',
     ("PATCH", "/api/v1/users/{userId}"): b'{"name":"%s"}',
     ("POST", "/api/v1/clients"): b'{"clientId":"c1","name":"%s"}',
+    ("POST", "/api/v1/leads/{leadId}/return-requests"): b'{"reason":"%s"}',
+    ("POST", "/api/v1/return-requests/{requestId}/decision"): b'{"decision":"approve","note":"%s"}',
     ("PATCH", "/api/v1/clients/{clientId}"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists"): b'{"name":"%s"}',
     ("POST", "/api/v1/suppression-lists/{listId}/entries"): b'{"add":["%s@example.com"]}',
@@ -49,6 +51,7 @@ SPOILED_FIELD = {
     "/api/v1/webhooks/{webhookId}": "description", "/api/v1/leads/redeliver": "deliveryEndpointId",
     "/api/v1/users": "name", "/api/v1/users/{userId}": "name",
     "/api/v1/clients": "name", "/api/v1/clients/{clientId}": "name",
+    "/api/v1/leads/{leadId}/return-requests": "reason", "/api/v1/return-requests/{requestId}/decision": "note",
     "/api/v1/suppression-lists": "name", "/api/v1/suppression-lists/{listId}/entries": "add[0]",
     "/api/v1/endpoints/{deliveryEndpointId}/pause": "reason", "/api/v1/endpoints/{deliveryEndpointId}/resume": "reason",
 }

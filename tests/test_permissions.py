@@ -14,7 +14,8 @@ from tests.conftest import Tenant
 # Values for the path's parameters: any id, since a refusal for the role comes before any lookup.
 _PATH_VALUES = {"leadId": "lead_01ZZZZZZZZZZZZZZZZZZZZZZZZ", "submissionId": "sub_01ZZZZZZZZZZZZZZZZZZZZZZZZ",
                 "webhookId": "wh_x", "listId": "sl_x", "deliveryEndpointId": "A-ep", "importId": "imp_x",
-                "userId": "usr_x", "clientId": "cl_x", "fileKey": "f", "key": "k"}
+                "userId": "usr_x", "clientId": "cl_x", "requestId": "rtr_x", "fileKey": "f", "key": "k",
+                "sourceId": "A-src"}
 
 
 @pytest.fixture

@@ -35,7 +35,11 @@ Deliberately excluded, and why:
   file must be UTF-8 CSV whose header names submit fields, the campaign must exist), createUser
   and updateUser (a real email address unique in the tenant, `clientId` only and always with
   `buyer`, `supplierId` with `supplier`, no staff role turned into a party's), createClient and
-  updateClient (a clientId not in use; a `creditLimit` only on a `credit` client). Every other
+  updateClient (a clientId not in use; a `creditLimit` only on a `credit` client),
+  createReturnRequest (the lead must be delivered and within its client's policy; `reason` must
+  hold a character Python counts as not white space, where JSON Schema's `\S` is ECMAScript's),
+  updateSubmission (its free-form members, e.g. firstSubmissionActions, may hold any JSON but
+  never a NUL character, which a free-form schema cannot say). Every other
   check still runs on them, negative data included.
 - `object_level_authorization` needs a second principal inside schemathesis; cross-tenant access
   is covered route by route in tests/test_security.py instead.
@@ -66,7 +70,7 @@ TIME_LIMIT = 240  # seconds; the run takes far less, this only bounds a hang
 # Bodies of these operations refer to tenant data or have rules beyond JSON Schema (see above).
 SEMANTIC_BODIES = ("submitLead", "pingLead", "repostLead", "deliverLead", "bulkUpdateLeads", "createWebhook", "updateWebhook",
                    "redeliverLeads", "changeSuppressionEntries", "updateLead", "importLeads", "createUser", "updateUser",
-                   "createClient", "updateClient")
+                   "createClient", "updateClient", "createReturnRequest", "updateSubmission")
 SEMANTIC_PATH_REGEX = "^/api/v1/(sms|pixels|files)(/|$)"
 
 

@@ -114,11 +114,15 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("DELETE", "/api/v1/users/{userId}"): None,
         ("GET", "/api/v1/clients/{clientId}"): None,
         ("PATCH", "/api/v1/clients/{clientId}"): {"name": "Mine now"},
+        ("GET", "/api/v1/sources/{sourceId}/spec"): None,
+        ("POST", "/api/v1/leads/{leadId}/return-requests"): {"reason": "mine now"},
+        ("POST", "/api/v1/return-requests/{requestId}/decision"): {"decision": "approve"},
     }
     for (method, path), body in not_found.items():
         url = fill(path, leadId=theirs, submissionId=their_submission, fileKey="license", key="theirfield",
                    webhookId="theirhook", listId=their_list, deliveryEndpointId="O-ep", importId=their_import,
-                   userId=their_user, clientId="their-client")
+                   userId=their_user, clientId="their-client", requestId="rtr_theirs",
+                   sourceId="O-src")
         assert status(method, url, body) == 404, (method, url)
     # Body references to the other tenant: the subject of sms/send and pixels/fire is NOT_FOUND,
     # other references are a VALIDATION_ERROR naming the field.

@@ -269,7 +269,8 @@ class _SyncRecordingFile(apsw.VFSFile):
 def test_a_loop_committing_without_fsync_leaves_the_wal_checkpoints_to_the_writer_thread(tmp_path):
     """NORMAL: a checkpoint fsyncs the WAL and the database file, and SQLite would run it on the
     connection whose COMMIT made the WAL large, the loop's. It runs on the writer thread; the
-    loop's commits sync nothing but a restarted WAL's header (SQLite's own, once a WAL)."""
+    loop's commits sync nothing but a restarted WAL's header (SQLite's own, once a WAL: how many
+    WALs the 5 MB fill depends on the schema's size)."""
     synced_on: list[tuple[str, str]] = []
     vfs = _SyncRecordingVFS(synced_on)
     try:
@@ -287,8 +288,10 @@ def test_a_loop_committing_without_fsync_leaves_the_wal_checkpoints_to_the_write
     finally:
         vfs.unregister()
     on_loop = [file for thread, file in during if thread != "appliance-writer"]
-    assert ("appliance-writer", "loop.db") in during, during  # the checkpoint ran
-    assert on_loop in ([], ["loop.db-wal"]), during
+    checkpoints = during.count(("appliance-writer", "loop.db"))
+    assert checkpoints, during  # the checkpoint ran
+    # The loop syncs at most the header of each WAL restarted after a checkpoint, never the file.
+    assert set(on_loop) <= {"loop.db-wal"} and len(on_loop) <= checkpoints, during
 
 
 @both_commits

@@ -122,6 +122,8 @@ TAGS = [
     Tag(name="SMS", description="Text messages sent to leads, and their conversations."),
     Tag(name="Pixels", description="Server-side conversion events sent to ad platforms."),
     Tag(name="Campaigns", description="The tenant's campaigns, as its configuration bundle defines them."),
+    Tag(name="Sources", description="What a supplier's ingestion source posts: its campaign's fields, URLs and "
+        "a working example."),
     Tag(name="Catalog", description="Questionnaires and the field library: what a lead may carry."),
     Tag(name="Delivery endpoints", description="Buyers' endpoints: their health, and pausing or resuming "
         "deliveries to them."),
@@ -131,6 +133,8 @@ TAGS = [
     Tag(name="Reports", description="Lead counts and margin over a date range."),
     Tag(name="Activity", description="The requests made with the tenant's keys."),
     Tag(name="Audit", description="Who changed what, when and from where: the tenant's append-only audit log."),
+    Tag(name="Return requests", description="Buyers asking to send delivered leads back, within their client's "
+        "return policy, and the decisions on them."),
     Tag(name="Clients", description="The buyers an agency sells to, as records: billing and return policy."),
     Tag(name="Users", description="The tenant's people: their roles, access and one-time setup links."),
     Tag(name="Health", description="Liveness for load balancers and monitors; no key needed."),

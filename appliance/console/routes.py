@@ -36,7 +36,7 @@ from appliance.domain.permissions import ROLES, may_manage
 from appliance.domain.report import GROUP_BY
 from appliance.errors import ApiError, NotFound, ValidationFailed
 from appliance.services import (
-    approvals, audit, console, endpoints, lead_import, reports, reposts, two_factor, users,
+    approvals, audit, console, endpoints, lead_import, reports, reposts, return_requests, two_factor, users,
 )
 from appliance.storage import LeadFilter
 
@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 TEMPLATES, STATIC = HERE / "templates", HERE / "static"
 PER_PAGE = 25
 AUDIT_PER_PAGE = 50
+RETURN_STATES = ("pending", "approved", "rejected")
 PathText = Annotated[str, PathParameter()]
 # What a POST did, shown on the page it redirects to (fixed texts: a link cannot inject words).
 NOTICES = {
@@ -58,6 +59,8 @@ NOTICES = {
     "signed_out_everywhere": "You are signed out on every device.",
     "user_changed": "The user was changed.",
     "two_factor_off": "Two-factor sign-in is off.",
+    "return_approved": "The return was approved: the lead is returned and its revenue reversed.",
+    "return_rejected": "The return request was rejected.",
 }
 SIGN_IN_CHALLENGE = 'Form realm="appliance console"'  # the sign-in form is how to authenticate here
 # Where each stage of a session goes after sign-in (and when a page is asked for too early).
@@ -493,6 +496,31 @@ async def report_csv(request: Request) -> Response:
                     headers={"content-disposition": f'attachment; filename="report-{span.group_by}.csv"'})
 
 
+# ---- return requests ------------------------------------------------------------------------------
+
+@get("/returns")
+async def returns_page(request: Request) -> Template:
+    """Return requests waiting for a decision (or of the state asked for), newest first."""
+    shown = query_str(request, "state", choices=RETURN_STATES) or "pending"
+    listed = return_requests.page(request.app.state.runtime, who(request).tenant_id, shown,
+                                  query_str(request, "cursor"), PER_PAGE)
+    return _page(request, "returns.html", requests=listed.items, shown=shown, states=RETURN_STATES,
+                 next_link=_next_link(request, listed.next_cursor))
+
+
+@post("/returns/{request_id:str}", opt={"permission": "console:returns"}, status_code=303)
+async def decide_return(request: Request, request_id: PathText) -> Response:
+    form = await _form(request)
+    decision = form.get("decision")
+    if decision not in ("approve", "reject"):
+        raise ValidationFailed(["decision: must be approve or reject"])
+    me, state = who(request), request.app.state
+    await return_requests.decide(state.runtime, _settings(request), me.tenant_id, me.actor, request_id,
+                                 return_requests.DecisionBody(decision=decision,
+                                                              note=(form.get("note") or "").strip()[:2000] or None))
+    return _back("/admin/returns", "return_approved" if decision == "approve" else "return_rejected")
+
+
 # ---- the audit log (admins) ----------------------------------------------------------------------
 
 @get("/audit", opt={"permission": "console:audit"})
@@ -605,7 +633,8 @@ def router() -> Router:
         path="/admin",
         route_handlers=[sign_in_page, sign_in, sign_out, code_page, enter_code, two_factor_page, confirm_two_factor,
                         two_factor_off, setup_page, choose_password, account_page,
-                        sign_out_everywhere, users_page, add_user, change_user, audit_page, overview, leads_page, lead_page, decide, repost, review_page,
+                        sign_out_everywhere, users_page, add_user, change_user, audit_page, returns_page, decide_return,
+                        overview, leads_page, lead_page, decide, repost, review_page,
                         failures_page, repost_many, endpoints_page, pause_or_resume, webhooks_page, reports_page,
                         report_csv, import_page, start_import, import_progress, static],
         guards=[session_guard],

@@ -27,6 +27,7 @@ NEEDED: dict[str, str] = {
     "getReportSummary": VIEWER, "listWebhooks": VIEWER, "getWebhook": VIEWER, "listWebhookDeliveries": VIEWER,
     "listSuppressionLists": VIEWER, "getSuppressionList": VIEWER, "listEndpoints": VIEWER,
     "listActivity": VIEWER, "getImport": VIEWER, "listLeadAuctions": VIEWER, "listPings": VIEWER,
+    "getSourceSpec": VIEWER,
     "options": VIEWER,  # an OPTIONS request: the methods of a route
     # deciding on leads
     "approveLead": REVIEWER, "repostLead": REVIEWER,
@@ -40,10 +41,11 @@ NEEDED: dict[str, str] = {
     "listUsers": ADMIN, "getUser": ADMIN, "createUser": ADMIN, "updateUser": ADMIN, "disableUser": ADMIN,
     "listAudit": ADMIN,
     # clients: the configuration
+    "listReturnRequests": VIEWER, "createReturnRequest": REVIEWER, "decideReturnRequest": MANAGER,
     "listClients": VIEWER, "getClient": VIEWER, "createClient": ADMIN, "updateClient": ADMIN,
     # the console
     "console:read": VIEWER, "console:decide": REVIEWER, "console:repost": REVIEWER,
-    "console:redeliver": MANAGER, "console:pause": MANAGER, "console:import": MANAGER, "console:users": ADMIN, "console:audit": ADMIN,
+    "console:redeliver": MANAGER, "console:pause": MANAGER, "console:returns": MANAGER, "console:import": MANAGER, "console:users": ADMIN, "console:audit": ADMIN,
 }
 
 

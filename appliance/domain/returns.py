@@ -14,9 +14,11 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from appliance.clock import iso
+from appliance.domain.client import ReturnPolicy
 from appliance.domain.ledger import LedgerLine
 
 DEFAULT_RETURN_WINDOW_DAYS = 30
+POLICY_DAYS = 30  # a client's maxPercent counts its deliveries and requests of this many days
 MAX_RETURN_WINDOW_DAYS = 3650
 RETURNED = "returned"
 
@@ -53,3 +55,20 @@ def reversal_lines(revenue: Iterable[tuple[float, str]], *, submission_id: str, 
     return [LedgerLine("return", return_milestone(submission_id, currency), RETURNED, -total, currency,
                        campaign_id, client_id, source_id, delivery_endpoint_id)
             for currency, total in sums.items()]
+
+
+def request_refusal(policy: ReturnPolicy, delivered_at: datetime, now: datetime, sold: int, requested: int) -> str | None:
+    """Why a client's request to return a lead delivered at `delivered_at` is outside its
+    policy at `now`, given `sold` of its deliveries that earned revenue and `requested` of its
+    requests pending or approved in the last POLICY_DAYS days; None: within it. With nothing sold
+    in those days the share cannot be measured (and no revenue would be reversed): not applied."""
+    if policy.max_age_days == 0:
+        return "returnPolicy.maxAgeDays: this client's return requests are not taken (maxAgeDays is 0)"
+    age = now - delivered_at
+    if age > timedelta(days=policy.max_age_days):
+        return (f"returnPolicy.maxAgeDays: the lead was delivered {age.days} days ago; this client's requests "
+                f"are taken for {policy.max_age_days} days")
+    if sold and (requested + 1) * 100 > policy.max_percent * sold:
+        return (f"returnPolicy.maxPercent: {requested + 1} of its {sold} deliveries of the last {POLICY_DAYS} days "
+                f"would be returned, over this client's {policy.max_percent:g} %")
+    return None

@@ -49,7 +49,7 @@ class ReturnResult(Model):
     entry: LedgerEntry | None  # the (first) return entry; null when the delivery earned no revenue
 
 
-def _delivered_at(submission: Submission | None) -> datetime | None:
+def delivered_at(submission: Submission | None) -> datetime | None:
     delivery = submission.delivery if submission is not None else None
     if delivery is None or not delivery.success or not delivery.delivered_at:
         return None
@@ -62,47 +62,50 @@ def _delivered_at(submission: Submission | None) -> datetime | None:
 async def return_lead(runtime: Runtime, settings: TenantSettings, tenant_id: str, returned_by: str, lead_id: str,
                       body: ReturnBody) -> ReturnResult:
     now_dt = runtime.clock.now()
+    return await runtime.store.write(lambda tx: apply_return(tx, settings, tenant_id, returned_by, lead_id, body, now_dt),
+                                     may_refuse=True)
+
+
+def apply_return(tx: Session, settings: TenantSettings, tenant_id: str, returned_by: str, lead_id: str,
+                 body: ReturnBody, now_dt: datetime) -> ReturnResult:
+    """The return, inside the caller's unit of work (a return request's approval runs it too)."""
     now = iso(now_dt)
-
-    def unit(tx: Session) -> ReturnResult:
-        lead = tx.leads.get_lead(tenant_id, lead_id)
-        if lead is None:
-            raise NotFound()
-        submission = tx.leads.latest_submission(tenant_id, lead_id)
-        endpoint_id = None
-        if submission is not None:
-            endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
-        endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
-        window = endpoint.return_window_days if endpoint is not None else DEFAULT_RETURN_WINDOW_DAYS
-        refusal = return_refusal(lead.status, _delivered_at(submission), window, now_dt)
-        if refusal is not None:
-            raise InvalidState([refusal])
-        assert submission is not None  # a delivered lead has a delivered submission
-        submission_id = submission.submission_id
-        submission = msgspec.structs.replace(
-            submission, status=RETURNED, updated_at=now,
-            journey_events=[*submission.journey_events, event(
-                now, RETURN_EVENT, body.reason,
-                details={"returnedBy": returned_by, "note": body.note, "previous": lead.status,
-                         "deliveryEndpointId": endpoint_id, "returnWindowDays": window})])
-        tx.leads.update_submission(tenant_id, submission)
-        returned = msgspec.structs.replace(lead, status=RETURNED, updated_at=now)
-        tx.leads.update_lead(tenant_id, returned)
-        lines = reversal_lines(tx.ledger.delivered_revenue(tenant_id, submission_id), submission_id=submission_id,
-                               campaign_id=submission.campaign.campaign_id, client_id=submission.campaign.client_id,
-                               source_id=lead.source_id, delivery_endpoint_id=endpoint_id)
-        if lines:
-            tx.ledger.record(tenant_id, lead_id, submission_id, lines, now)
-        earn(tx, settings, tenant_id, returned, submission_id, (RETURNED,), now_dt, endpoint_id=endpoint_id)
-        record_lead_events(tx, settings, tenant_id, returned, submission, (RETURNED,), now)
-        entry = None
-        if lines:
-            found = [row for row in tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id, kind="return"), 1000)
-                     if row["submissionId"] == submission_id and row["currency"] == lines[0].currency]
-            entry = msgspec.convert(found[0], LedgerEntry) if found else None
-        audit.record(tx, tenant_id, returned_by, "lead.return", lead_id, now, before={"status": lead.status},
-                     after={"status": RETURNED, "reason": body.reason, "note": body.note,
-                            "deliveryEndpointId": endpoint_id, "submissionId": submission_id})
-        return ReturnResult(lead_id=lead_id, status=RETURNED, entry=entry)
-
-    return await runtime.store.write(unit, may_refuse=True)
+    lead = tx.leads.get_lead(tenant_id, lead_id)
+    if lead is None:
+        raise NotFound()
+    submission = tx.leads.latest_submission(tenant_id, lead_id)
+    endpoint_id = None
+    if submission is not None:
+        endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
+    endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
+    window = endpoint.return_window_days if endpoint is not None else DEFAULT_RETURN_WINDOW_DAYS
+    refusal = return_refusal(lead.status, delivered_at(submission), window, now_dt)
+    if refusal is not None:
+        raise InvalidState([refusal])
+    assert submission is not None  # a delivered lead has a delivered submission
+    submission_id = submission.submission_id
+    submission = msgspec.structs.replace(
+        submission, status=RETURNED, updated_at=now,
+        journey_events=[*submission.journey_events, event(
+            now, RETURN_EVENT, body.reason,
+            details={"returnedBy": returned_by, "note": body.note, "previous": lead.status,
+                     "deliveryEndpointId": endpoint_id, "returnWindowDays": window})])
+    tx.leads.update_submission(tenant_id, submission)
+    returned = msgspec.structs.replace(lead, status=RETURNED, updated_at=now)
+    tx.leads.update_lead(tenant_id, returned)
+    lines = reversal_lines(tx.ledger.delivered_revenue(tenant_id, submission_id), submission_id=submission_id,
+                           campaign_id=submission.campaign.campaign_id, client_id=submission.campaign.client_id,
+                           source_id=lead.source_id, delivery_endpoint_id=endpoint_id)
+    if lines:
+        tx.ledger.record(tenant_id, lead_id, submission_id, lines, now)
+    earn(tx, settings, tenant_id, returned, submission_id, (RETURNED,), now_dt, endpoint_id=endpoint_id)
+    record_lead_events(tx, settings, tenant_id, returned, submission, (RETURNED,), now)
+    entry = None
+    if lines:
+        found = [row for row in tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id, kind="return"), 1000)
+                 if row["submissionId"] == submission_id and row["currency"] == lines[0].currency]
+        entry = msgspec.convert(found[0], LedgerEntry) if found else None
+    audit.record(tx, tenant_id, returned_by, "lead.return", lead_id, now, before={"status": lead.status},
+                 after={"status": RETURNED, "reason": body.reason, "note": body.note,
+                        "deliveryEndpointId": endpoint_id, "submissionId": submission_id})
+    return ReturnResult(lead_id=lead_id, status=RETURNED, entry=entry)

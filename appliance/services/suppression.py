@@ -30,7 +30,7 @@ Value = Annotated[str, Meta(max_length=254)]
 
 
 class SuppressionListCreate(Model):
-    name: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]*\S[^\x00]*$")]  # not blank, no NUL
+    name: Annotated[str, Meta(min_length=1, max_length=200, pattern=r"^[^\x00]*[^\s\x00][^\x00]*$")]  # not blank, no NUL
 
 
 class SuppressionList(Model):

@@ -77,6 +77,12 @@ class Ledger:
                  "sourceId": r[5], "deliveryEndpointId": r[6], "kind": r[7], "amount": r[8], "currency": r[9],
                  "leadStatus": r[10], "createdAt": r[11]} for r in rows]
 
+    def sales_since(self, tenant_id: str, client_id: str, since: str) -> int:
+        """The client's deliveries that earned revenue since `since` (one a submission)."""
+        return self._conn.execute(
+            "SELECT count(DISTINCT submission_id) FROM ledger_entries WHERE tenant_id = ? AND client_id = ?"
+            " AND created_at >= ? AND kind = 'revenue'", (tenant_id, client_id, since)).fetchone()[0]
+
     def delivered_revenue(self, tenant_id: str, submission_id: str) -> list[tuple[float, str]]:
         """(amount, currency) of the revenue a submission earned on delivery."""
         return self._conn.execute(

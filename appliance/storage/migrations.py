@@ -729,3 +729,31 @@ def m017_clients(conn: apsw.Connection) -> None:
         );
         """
     )
+
+
+@migration
+def m018_return_requests(conn: apsw.Connection) -> None:
+    # Buyers' return requests (storage/return_requests.py), and the index that counts a client's
+    # sales of the last days for its return policy's maxPercent.
+    conn.execute(
+        """
+        CREATE TABLE return_requests (
+            request_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            lead_id TEXT NOT NULL,
+            client_id TEXT,
+            state TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'rejected')),
+            reason TEXT NOT NULL,
+            note TEXT,
+            requested_by TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            decided_by TEXT,
+            decided_at TEXT,
+            decision_note TEXT
+        );
+        CREATE INDEX return_requests_by_tenant ON return_requests(tenant_id, state, request_id);
+        CREATE INDEX return_requests_by_client ON return_requests(tenant_id, client_id, created_at);
+        CREATE UNIQUE INDEX return_requests_one_open ON return_requests(tenant_id, lead_id) WHERE state = 'pending';
+        CREATE INDEX ledger_entries_sales ON ledger_entries(tenant_id, client_id, created_at) WHERE kind = 'revenue';
+        """
+    )

@@ -4,7 +4,7 @@ A `Store` runs units of work and hands out read sessions; a `Session` is one con
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
 `tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`,
-`tx.auctions`, `tx.pings`, `tx.users`, `tx.audit`).
+`tx.auctions`, `tx.pings`, `tx.users`, `tx.audit`, `tx.return_requests`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -30,6 +30,7 @@ import apsw
 
 from appliance.storage.activity import Activity
 from appliance.storage.audit import Audit
+from appliance.storage.return_requests import ReturnRequests
 from appliance.storage.users import Users
 from appliance.storage.auctions import Auctions
 from appliance.storage.caps import Caps
@@ -58,7 +59,8 @@ class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
     __slots__ = ("_conn", "activity", "audit", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
-                 "messages", "reports", "secrets", "suppression", "tenants", "users", "webhooks")
+                 "messages", "reports", "return_requests", "secrets", "suppression", "tenants", "users",
+                 "webhooks")
 
     def __init__(self, conn: apsw.Connection) -> None:
         self._conn = conn
@@ -74,6 +76,7 @@ class Session:
         self.activity = Activity(conn)
         self.audit = Audit(conn)
         self.users = Users(conn)
+        self.return_requests = ReturnRequests(conn)
         self.reports = Reports(conn)
         self.webhooks = Webhooks(conn)
         self.suppression = Suppression(conn)

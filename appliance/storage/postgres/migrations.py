@@ -594,6 +594,27 @@ CREATE TABLE clients (
 );
 """)
 
+_migration("m018_return_requests", """
+CREATE TABLE return_requests (
+    request_id text PRIMARY KEY,
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    lead_id text NOT NULL,
+    client_id text,
+    state text NOT NULL CHECK (state IN ('pending', 'approved', 'rejected')),
+    reason text NOT NULL,
+    note text,
+    requested_by text NOT NULL,
+    created_at text NOT NULL,
+    decided_by text,
+    decided_at text,
+    decision_note text
+);
+CREATE INDEX return_requests_by_tenant ON return_requests(tenant_id, state, request_id);
+CREATE INDEX return_requests_by_client ON return_requests(tenant_id, client_id, created_at);
+CREATE UNIQUE INDEX return_requests_one_open ON return_requests(tenant_id, lead_id) WHERE state = 'pending';
+CREATE INDEX ledger_entries_sales ON ledger_entries(tenant_id, client_id, created_at) WHERE kind = 'revenue';
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """

@@ -12,6 +12,7 @@ from typing import TypeVar
 
 from appliance.storage.activity import Activity
 from appliance.storage.audit import Audit
+from appliance.storage.return_requests import ReturnRequests
 from appliance.storage.users import Users
 from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
@@ -66,6 +67,7 @@ class PgSession(Session):
         self.activity = Activity(conn)
         self.audit = Audit(conn)
         self.users = Users(conn)
+        self.return_requests = ReturnRequests(conn)
         self.reports = PgReports(conn)
         self.webhooks = Webhooks(conn)
         self.suppression = PgSuppression(conn)
