@@ -37,7 +37,8 @@ Deliberately excluded, and why:
   `buyer`, `supplierId` with `supplier`, no staff role turned into a party's), createClient and
   updateClient (a clientId not in use; a `creditLimit` only on a `credit` client),
   createReturnRequest (the lead must be delivered and within its client's policy; `reason` must
-  hold a character Python counts as not white space, where JSON Schema's `\S` is ECMAScript's),
+  hold a character Python counts as not white space, where JSON Schema's "not white space"
+  class is ECMAScript's),
   updateSubmission (its free-form members, e.g. firstSubmissionActions, may hold any JSON but
   never a NUL character, which a free-form schema cannot say). Every other
   check still runs on them, negative data included.
