@@ -12,13 +12,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from typing import Literal
 
 from appliance.clock import iso
 from appliance.domain.client import ReturnPolicy
 from appliance.domain.ledger import LedgerLine
+from appliance.model import Model
 
 DEFAULT_RETURN_WINDOW_DAYS = 30
 POLICY_DAYS = 30  # a client's maxPercent counts its deliveries and requests of this many days
+
+
+class ReturnRequest(Model):
+    """A client's request to send a delivered lead back, as stored and as the API shows it."""
+
+    request_id: str
+    lead_id: str
+    client_id: str | None
+    state: Literal["pending", "approved", "rejected"]
+    reason: str
+    note: str | None
+    requested_by: str
+    created_at: str
+    decided_by: str | None = None
+    decided_at: str | None = None
+    decision_note: str | None = None
 MAX_RETURN_WINDOW_DAYS = 3650
 RETURNED = "returned"
 

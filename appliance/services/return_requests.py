@@ -9,12 +9,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Annotated, Literal
 
+import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.client import ReturnPolicy
 from appliance.domain.delivery_target import delivery_endpoint_id
-from appliance.domain.returns import DEFAULT_RETURN_WINDOW_DAYS, POLICY_DAYS, request_refusal, return_refusal
+from appliance.domain.returns import (
+    DEFAULT_RETURN_WINDOW_DAYS, POLICY_DAYS, ReturnRequest, request_refusal, return_refusal,
+)
 from appliance.errors import InvalidState, NotFound
 from appliance.ids import new_id
 from appliance.model import Model
@@ -22,7 +25,7 @@ from appliance.runtime import Runtime
 from appliance.services import audit
 from appliance.services.returns import ReturnBody, apply_return, delivered_at
 from appliance.services.tenant_settings import TenantSettings
-from appliance.storage import CLIENTS, DELIVERY_ENDPOINTS, ReturnRequestRow, Session
+from appliance.storage import CLIENTS, DELIVERY_ENDPOINTS, Session
 
 PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
 
@@ -36,28 +39,10 @@ class DecisionBody(Model):
     note: Annotated[str, Meta(max_length=2000)] | None = None
 
 
-class ReturnRequest(Model):
-    request_id: str
-    lead_id: str
-    client_id: str | None
-    state: Literal["pending", "approved", "rejected"]
-    reason: str
-    note: str | None
-    requested_by: str
-    created_at: str
-    decided_by: str | None
-    decided_at: str | None
-    decision_note: str | None
-
-
 class ReturnRequestPage(Model):
     items: list[ReturnRequest]
     next_cursor: str | None
     has_more: bool
-
-
-def _shown(row: ReturnRequestRow) -> ReturnRequest:
-    return ReturnRequest(**row._asdict())
 
 
 def _client_of(tx: Session, settings: TenantSettings, tenant_id: str, lead_id: str) -> tuple[str | None, datetime | None]:
@@ -72,11 +57,11 @@ def _client_of(tx: Session, settings: TenantSettings, tenant_id: str, lead_id: s
     return client_id, delivered_at(submission)
 
 
-def _approve(tx: Session, settings: TenantSettings, tenant_id: str, row: ReturnRequestRow, actor: str, now: datetime,
-             note: str | None) -> ReturnRequestRow:
+def _approve(tx: Session, settings: TenantSettings, tenant_id: str, row: ReturnRequest, actor: str, now: datetime,
+             note: str | None) -> ReturnRequest:
     apply_return(tx, settings, tenant_id, actor, row.lead_id, ReturnBody(reason=row.reason, note=row.note), now)
     tx.return_requests.decide(tenant_id, row.request_id, APPROVED, actor, iso(now), note)
-    return row._replace(state=APPROVED, decided_by=actor, decided_at=iso(now), decision_note=note)
+    return msgspec.structs.replace(row, state=APPROVED, decided_by=actor, decided_at=iso(now), decision_note=note)
 
 
 async def request(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, lead_id: str,
@@ -102,14 +87,14 @@ async def request(runtime: Runtime, settings: TenantSettings, tenant_id: str, ac
         refusal = request_refusal(policy, delivered, now, sold, requested)
         if refusal is not None:
             raise InvalidState([refusal], message="The client's return policy does not allow this request")
-        row = ReturnRequestRow(new_id("rtr"), lead_id, client_id, PENDING, body.reason, body.note, actor, iso(now),
-                               None, None, None)
+        row = ReturnRequest(request_id=new_id("rtr"), lead_id=lead_id, client_id=client_id, state=PENDING,
+                            reason=body.reason, note=body.note, requested_by=actor, created_at=iso(now))
         tx.return_requests.insert(tenant_id, row)
         audit.record(tx, tenant_id, actor, "return_request.create", row.request_id, iso(now),
                      after={"leadId": lead_id, "clientId": client_id, "reason": body.reason})
         if policy.auto_approve:
             row = _approve(tx, settings, tenant_id, row, actor, now, "approved by the client's return policy")
-        return _shown(row)
+        return row
 
     return await runtime.store.write(unit, may_refuse=True)
 
@@ -130,17 +115,18 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, act
             row = _approve(tx, settings, tenant_id, row, actor, now, body.note)
         else:
             tx.return_requests.decide(tenant_id, request_id, REJECTED, actor, iso(now), body.note)
-            row = row._replace(state=REJECTED, decided_by=actor, decided_at=iso(now), decision_note=body.note)
+            row = msgspec.structs.replace(row, state=REJECTED, decided_by=actor, decided_at=iso(now),
+                                          decision_note=body.note)
         audit.record(tx, tenant_id, actor, f"return_request.{body.decision}", request_id, iso(now),
                      before={"state": PENDING}, after={"state": row.state, "note": body.note})
-        return _shown(row)
+        return row
 
     return await runtime.store.write(unit, may_refuse=True)
 
 
 def page(runtime: Runtime, tenant_id: str, state: str | None, before: str | None, limit: int) -> ReturnRequestPage:
     rows = runtime.store.reader().return_requests.page(tenant_id, state, before, limit + 1)
-    items = [_shown(row) for row in rows[:limit]]
+    items = rows[:limit]
     more = len(rows) > limit
     return ReturnRequestPage(items=items, next_cursor=items[-1].request_id if more else None, has_more=more)
 

@@ -22,7 +22,6 @@ from appliance.storage.messages import Conversation, Message
 from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.pings import PingRecord
 from appliance.storage.postgres.url import redact as redact_url
-from appliance.storage.return_requests import ReturnRequestRow
 from appliance.storage.store import Session, Store, Unit
 from appliance.storage.tenants import KeyListing, Principal
 from appliance.storage.users import UserRecord
@@ -70,7 +69,7 @@ __all__ = [
     "CLIENTS", "DELIVERY_ENDPOINTS", "FIELD_LIBRARY", "MIGRATIONS", "NAME_JOIN_MAX", "PIXELS", "QUESTIONNAIRES", "VALUE_SETS",
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
-    "ActivityRow", "ReturnRequestRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",
+    "ActivityRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",
     "ClaimLost", "Message", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
     "restore_database", "hand_over_the_gil_quickly",
