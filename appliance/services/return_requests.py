@@ -14,7 +14,6 @@ from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.client import ReturnPolicy
-from appliance.domain.delivery_target import delivery_endpoint_id
 from appliance.domain.returns import (
     DEFAULT_RETURN_WINDOW_DAYS, POLICY_DAYS, ReturnRequest, request_refusal, return_refusal,
 )
@@ -23,9 +22,9 @@ from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.services import audit
-from appliance.services.returns import ReturnBody, apply_return, delivered_at
+from appliance.services.returns import ReturnBody, apply_return, delivered_at, delivering_endpoint
 from appliance.services.tenant_settings import TenantSettings
-from appliance.storage import CLIENTS, DELIVERY_ENDPOINTS, Session
+from appliance.storage import CLIENTS, Session
 
 PENDING, APPROVED, REJECTED = "pending", "approved", "rejected"
 
@@ -51,8 +50,7 @@ def _client_of(tx: Session, settings: TenantSettings, tenant_id: str, lead_id: s
     submission = tx.leads.latest_submission(tenant_id, lead_id)
     if submission is None:
         return None, None
-    endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
-    endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
+    _, endpoint = delivering_endpoint(tx, settings, tenant_id, submission)
     client_id = (endpoint.client_id if endpoint is not None else None) or submission.campaign.client_id
     return client_id, delivered_at(submission)
 

@@ -22,6 +22,7 @@ from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.delivery_target import delivery_endpoint_id
+from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.lead import Submission
 from appliance.domain.pipeline import event
 from appliance.domain.returns import DEFAULT_RETURN_WINDOW_DAYS, RETURNED, return_refusal, reversal_lines
@@ -49,6 +50,16 @@ class ReturnResult(Model):
     entry: LedgerEntry | None  # the (first) return entry; null when the delivery earned no revenue
 
 
+def delivering_endpoint(tx: Session, settings: TenantSettings, tenant_id: str,
+                        submission: Submission | None) -> tuple[str | None, DeliveryEndpoint | None]:
+    """(id, stored endpoint) of the endpoint `submission` was delivered through, else its
+    campaign's; the endpoint None when it no longer exists."""
+    if submission is None:
+        return None, None
+    endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
+    return endpoint_id, tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
+
+
 def delivered_at(submission: Submission | None) -> datetime | None:
     delivery = submission.delivery if submission is not None else None
     if delivery is None or not delivery.success or not delivery.delivered_at:
@@ -74,10 +85,7 @@ def apply_return(tx: Session, settings: TenantSettings, tenant_id: str, returned
     if lead is None:
         raise NotFound()
     submission = tx.leads.latest_submission(tenant_id, lead_id)
-    endpoint_id = None
-    if submission is not None:
-        endpoint_id = delivery_endpoint_id(submission, settings.campaigns.get(submission.campaign.campaign_id or ""))
-    endpoint = tx.catalog.get_doc(DELIVERY_ENDPOINTS, tenant_id, endpoint_id) if endpoint_id else None
+    endpoint_id, endpoint = delivering_endpoint(tx, settings, tenant_id, submission)
     window = endpoint.return_window_days if endpoint is not None else DEFAULT_RETURN_WINDOW_DAYS
     refusal = return_refusal(lead.status, delivered_at(submission), window, now_dt)
     if refusal is not None:
