@@ -392,7 +392,7 @@ def open_for_cli(runtime: Runtime, tenant_id: str, campaign_id: str, handle: Bin
     rev = runtime.store.reader().tenants.config_rev(tenant_id)
     settings = load_settings(runtime.store, tenant_id, rev, plugins_listen=plugins_listen)
     campaign = settings.usable_campaign(campaign_id)
-    who = Principal(id="cli", tenant_id=tenant_id, kind="tenant", source_id=None, config_rev=rev)
+    who = Principal(id="cli", tenant_id=tenant_id, kind="cli", source_id=None, config_rev=rev)
     return FileImport(settings=settings, who=who, campaign=campaign, checked=check_file(handle, mapping))
 
 

@@ -12,7 +12,8 @@ from appliance.ids import new_id
 
 
 class Principal(NamedTuple):
-    """Who makes a request: an API key (kind `tenant` or `source`) or a signed-in user (`user`)."""
+    """Who makes a request: an API key (kind `tenant` or `source`), a signed-in user (`user`), or
+    the command line (`cli`, a CSV import run by `appliance import-leads`)."""
 
     id: str  # the key's id, or the user's
     tenant_id: str
@@ -26,7 +27,7 @@ class Principal(NamedTuple):
         """How records name who did something: `user:<userId>` or `key:<keyId>` (`cli` for the CLI)."""
         if self.kind == "user":
             return "user:" + self.id
-        return self.id if self.id == "cli" else "key:" + self.id
+        return "cli" if self.kind == "cli" else "key:" + self.id
 
 
 class KeyListing(NamedTuple):
