@@ -24,6 +24,7 @@ from appliance.api.submit_edge import answer_submit
 from appliance.clock import iso
 from appliance.console import routes as console
 from appliance.console.session import HEADERS as CONSOLE_HEADERS, TLS_HEADERS as CONSOLE_TLS_HEADERS
+from appliance.portal import routes as portal
 from appliance.ids import request_id
 from appliance.errors import EXCEPTION_HANDLERS, ValidationFailed, error_body
 from appliance.jobs.delivery import DeliveryWorker
@@ -64,10 +65,10 @@ class ApplianceApp(Litestar):
         state["client"] = scope.get("client")  # (address, port): the audit log's `ip`
         header = (b"x-request-id", rid.encode())
         status_seen = 500
-        # Every answer under /admin carries the console's headers, also a 404 or 405 of a path no
-        # console route matched (the console router's own middleware runs only on its routes).
+        # Every answer under /admin and /portal carries the console's headers, also a 404 or 405
+        # of a path no console or portal route matched.
         console_headers = ()
-        if scope["path"].startswith("/admin"):
+        if scope["path"].startswith(("/admin", "/portal")):
             console_headers = CONSOLE_TLS_HEADERS if scope.get("scheme") == "https" else CONSOLE_HEADERS
 
         async def send_with_id(message: Message) -> None:
@@ -165,13 +166,14 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
                         *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *audit.ROUTES, *imports.ROUTES,
                         *auctions.ROUTES, *pings.ROUTES, *users.ROUTES, *clients.ROUTES, *return_requests.ROUTES, *sources.ROUTES,
-                        *metrics.routes(runtime.config.metrics.enabled), console.router()],
+                        *metrics.routes(runtime.config.metrics.enabled), console.router(),
+                        portal.router()],
         middleware=[auth_middleware],
         exception_handlers=EXCEPTION_HANDLERS,  # type: ignore[arg-type]
         request_max_body_size=MAX_BODY,
         lifespan=[lifespan],
         openapi_config=openapi.openapi_config("Lead appliance", __version__),
-        template_config=console.template_config(),
+        template_config=portal.template_config(),  # the console's and the portal's templates
         debug=False,
         logging_config=None,  # logging is configured once for the process (appliance/logs.py)
     )

@@ -363,7 +363,7 @@ def _user_of(runtime: Runtime, tenant_id: str, email: str) -> str:
 @click.option("--role", type=click.Choice(ROLES), required=True)
 @click.option("--name", default="")
 @click.option("--client", "client_id", default=None, help="The buyer's clientId (role buyer).")
-@click.option("--supplier", "supplier_id", default=None, help="The supplier's sourceId (role supplier).")
+@click.option("--supplier", "supplier_id", default=None, help="The supplier: a source's supplierId, or its sourceId (role supplier).")
 @click.option("--json", "as_json", is_flag=True)
 @admin_command
 def user_add(runtime: Runtime, tenant_id: str, email: str, role: str, name: str, client_id: str | None,

@@ -21,7 +21,8 @@ CPU 1 (2-core machine). `--profile` also runs `py-spy record` on the server duri
 window and prints where its time goes. Results: bench/results/delivery.json.
 
     python -m bench.delivery [--phase both|latency|throughput] [--rate 1000] [--duration 30]
-                             [--preload 30000] [--worker-concurrency 64] [--buyers 1] [--profile] [--keep]
+                             [--preload 30000] [--worker-concurrency 64] [--buyers 1]
+                             [--billing none|prepaid|credit] [--profile] [--keep]
 """
 
 from __future__ import annotations
@@ -60,10 +61,12 @@ _KEY = os.environ.get("BENCH_DELIVERY_KEY", "")  # for the spawned-safe preload 
 
 # ---- setup ------------------------------------------------------------------------------------------
 
-def bundle(buyer_port: int, buyers: int = 1) -> dict[str, Any]:
+def bundle(buyer_port: int, buyers: int = 1, billing: str = "none") -> dict[str, Any]:
     """One endpoint at the buyer (a realistic JSON field mapping) and one campaign: adults only,
     a daily delivery limit that is never reached (so the counter path runs), no schedule.
-    `buyers` > 1: that many endpoints (all at the same buyer) in a round-robin distribution."""
+    `buyers` > 1: that many endpoints (all at the same buyer) in a round-robin distribution.
+    `billing` other than none: the campaign's client is a record with that billing and each sale
+    earns 1 USD, so every delivery checks and holds its client's money (`fund` credits it)."""
     endpoint = {
         "deliveryEndpointId": "fast-buyer", "url": f"http://127.0.0.1:{buyer_port}/leads",
         "fieldMapping": [
@@ -85,8 +88,12 @@ def bundle(buyer_port: int, buyers: int = 1) -> dict[str, Any]:
                                                  for i in range(buyers)]
     delivery: dict[str, Any] = {"deliveryEndpointId": "fast-buyer"} if buyers == 1 else {"distribution": {
         "method": "round_robin", "endpoints": [{"deliveryEndpointId": e["deliveryEndpointId"]} for e in endpoints]}}
+    billed = billing != "none"
+    if billed:
+        delivery["revenueMilestones"] = [{"leadStatus": "delivered", "amount": 1, "currency": "USD"}]
     return {
         "deliveryEndpoints": endpoints,
+        "clients": [{"clientId": "cli-bench", "name": "Bench Buyer", "billing": {"mode": billing}}] if billed else [],
         "campaigns": [{
             "campaignId": CAMPAIGN, "name": "Delivery benchmark",
             "client": {"clientId": "cli-bench", "clientName": "Bench Buyer"},
@@ -110,13 +117,23 @@ def write_config(work: Path, concurrency: int) -> Path:
     return config
 
 
-def prepare(work: Path, buyer_port: int, concurrency: int, buyers: int = 1) -> tuple[Path, str]:
+def fund(port: int, key: str) -> None:
+    """More money than any run spends, credited to the bench's client over the API."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/api/v1/clients/cli-bench/credits", method="POST",
+                                     data=json.dumps({"amount": 100_000_000}).encode(),
+                                     headers={"X-API-Key": key, "Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.status == 201
+
+
+def prepare(work: Path, buyer_port: int, concurrency: int, buyers: int = 1,
+            billing: str = "none") -> tuple[Path, str]:
     work.mkdir(parents=True, exist_ok=True)
     config = write_config(work, concurrency)
     appliance_cli(config, "init")
     tenant = json.loads(appliance_cli(config, "tenant", "create", "Delivery Bench", "--json"))["tenantId"]
     key = json.loads(appliance_cli(config, "key", "create", "--tenant", tenant, "--name", "bench", "--json"))["key"]
-    (work / "bundle.json").write_text(json.dumps(bundle(buyer_port, buyers)))
+    (work / "bundle.json").write_text(json.dumps(bundle(buyer_port, buyers, billing)))
     appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
     return config, key
 
@@ -589,8 +606,10 @@ def latency_phase(args: argparse.Namespace, work: Path, procs: Procs, server_cpu
     buyer_port, port = free_port(), free_port()
     buyer = procs.start("buyer-a", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port,
                         client_cpu)
-    config, key = prepare(work, buyer_port, args.worker_concurrency, args.buyers)
+    config, key = prepare(work, buyer_port, args.worker_concurrency, args.buyers, args.billing)
     app = procs.appliance(config, port, server_cpu, "appliance-a")
+    if args.billing != "none":
+        fund(port, key)
     jobs = JobCounter(work / "data" / "appliance.db")
     # sample_lead(n) repeats its phone number every 10,000,000 n: keep the two runs apart within that.
     try:
@@ -691,9 +710,11 @@ def throughput_phase(args: argparse.Namespace, work: Path, procs: Procs, server_
     buyer_port, port = free_port(), free_port()
     buyer = procs.start("buyer-b", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port,
                         client_cpu)
-    config, key = prepare(work, buyer_port, 0, args.buyers)
+    config, key = prepare(work, buyer_port, 0, args.buyers, args.billing)
     _KEY = os.environ["BENCH_DELIVERY_KEY"] = key
     app = procs.appliance(config, port, server_cpu, "appliance-b-load")
+    if args.billing != "none":
+        fund(port, key)
     print(f"  (b) pre-loading {args.preload} leads with the delivery worker off...")
     t = time.perf_counter()
     load = run_load(f"http://127.0.0.1:{port}/api/v1/leads/submit", connections=64, requests=args.preload, duration=None,
@@ -813,6 +834,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--buyers", type=int, default=1,
                         help="endpoints of the campaign: more than 1 delivers through a round-robin distribution")
+    parser.add_argument("--billing", choices=("none", "prepaid", "credit"), default="none",
+                        help="the campaign's client as a record with this billing: each delivery checks its money")
     parser.add_argument("--profile", action="store_true", help="py-spy record the server during each measurement")
     parser.add_argument("--profile-seconds", type=float, default=10.0, help="(b) seconds profiled")
     parser.add_argument("--profile-threads", action="store_true",

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
 DOMAIN_MAY_IMPORT = ("appliance.domain", "appliance.model", "appliance.clock")
 DRIVERS = ("apsw", "psycopg", "psycopg_pool")
 # The layers that call services/, and below them what each lower layer must never import.
-SERVICE_USERS = ("appliance.api", "appliance.console", "appliance.jobs", "appliance.cli", "appliance.app",
+SERVICE_USERS = ("appliance.api", "appliance.console", "appliance.portal", "appliance.jobs", "appliance.cli", "appliance.app",
                  "appliance.processes")
 LAYERS_ABOVE = {
     "appliance.services": SERVICE_USERS,

@@ -79,7 +79,7 @@ def test_bad_users_are_validation_errors_naming_the_field(client, tenant):
     buyer = client.post("/api/v1/users", json={"email": "b@example.com", "role": "buyer", "clientId": "cli-1"},
                         headers=tenant.headers)
     assert buyer.status_code == 201 and buyer.json()["data"]["clientId"] == "cli-1"
-    for body, detail in (({"role": "buyer", "clientId": "cli-9"}, "clientId: no campaign of this tenant has"),
+    for body, detail in (({"role": "buyer", "clientId": "cli-9"}, "clientId: the tenant has no client record or campaign"),
                          ({"role": "supplier", "supplierId": "O-src"}, "supplierId: no campaign of this tenant")):
         answer = client.post("/api/v1/users", json={"email": "p@example.com", **body}, headers=tenant.headers)
         assert answer.status_code == 400 and detail in answer.text, answer.text

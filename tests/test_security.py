@@ -114,6 +114,8 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("DELETE", "/api/v1/users/{userId}"): None,
         ("GET", "/api/v1/clients/{clientId}"): None,
         ("PATCH", "/api/v1/clients/{clientId}"): {"name": "Mine now"},
+        ("POST", "/api/v1/clients/{clientId}/credits"): {"amount": 5},
+        ("GET", "/api/v1/clients/{clientId}/statement"): None,
         ("GET", "/api/v1/sources/{sourceId}/spec"): None,
         ("POST", "/api/v1/leads/{leadId}/return-requests"): {"reason": "mine now"},
         ("POST", "/api/v1/return-requests/{requestId}/decision"): {"decision": "approve"},

@@ -23,7 +23,7 @@ ACTOR = r"^(cli|anonymous|user:[A-Za-z0-9_]{1,64}|key:[A-Za-z0-9_]{1,64})$"
 ACTION = r"^[a-z][A-Za-z_]{0,39}(\.[a-z][A-Za-z_]{0,39}){1,3}$"
 _ACTOR, _ACTION = re.compile(ACTOR), re.compile(ACTION)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_DAY_OR_INSTANT = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
+DAY_OR_INSTANT = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"}]}
 
 
 def _matching(request: Request, name: str, pattern: re.Pattern[str], form: str) -> str | None:
@@ -54,8 +54,8 @@ def _at(epoch_ms: int | None) -> str | None:
                                "description": "nextCursor of the previous page."},
                     "actor": {"type": "string", "pattern": ACTOR},
                     "action": {"type": "string", "pattern": ACTION},
-                    "startDate": {**_DAY_OR_INSTANT, "description": "Inclusive."},
-                    "endDate": {**_DAY_OR_INSTANT, "description": "Inclusive: a date means through its end (UTC)."}}})
+                    "startDate": {**DAY_OR_INSTANT, "description": "Inclusive."},
+                    "endDate": {**DAY_OR_INSTANT, "description": "Inclusive: a date means through its end (UTC)."}}})
 async def list_audit(
     request: Request,
     cursor: Query = None,
@@ -73,13 +73,20 @@ async def list_audit(
 
 def audit_filter(request: Request) -> AuditFilter:
     """The query's filters (the console's audit page reads the same ones)."""
+    start, end = date_range(request)
+    return AuditFilter(actor=_matching(request, "actor", _ACTOR, "cli, anonymous, user:<userId> or key:<keyId>"),
+                       action=_matching(request, "action", _ACTION, "a dotted action name such as lead.approve"),
+                       start=start, end=end)
+
+
+def date_range(request: Request) -> tuple[str | None, str | None]:
+    """`startDate` and `endDate` as timestamps: (inclusive start, exclusive end), each None when
+    not given (or, for the end, past the last moment a timestamp can name)."""
     start_ms = query_date_bound(request, "startDate", end=False)
     end_ms = query_date_bound(request, "endDate", end=True)
     if start_ms is not None and end_ms is not None and end_ms <= start_ms:
         raise ValidationFailed(["endDate: must not be before startDate"])
-    return AuditFilter(actor=_matching(request, "actor", _ACTOR, "cli, anonymous, user:<userId> or key:<keyId>"),
-                       action=_matching(request, "action", _ACTION, "a dotted action name such as lead.approve"),
-                       start=_at(start_ms), end=_at(end_ms))
+    return _at(start_ms), _at(end_ms)
 
 
 ROUTES = [list_audit]

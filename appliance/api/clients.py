@@ -10,8 +10,10 @@ from litestar.params import PathParameter, QueryParameter
 from appliance.api.auth import principal
 from appliance.api.io import ok, query_int, query_str, read_json
 from appliance.api.leads import DEFAULT_LIMIT, MAX_LIMIT
+from appliance.api.audit import DAY_OR_INSTANT, date_range
+from appliance.domain.balance import BalanceLine, Statement
 from appliance.domain.client import ClientRecord
-from appliance.services import clients
+from appliance.services import balances, clients
 
 Query = Annotated[str | None, QueryParameter()]
 ClientId = Annotated[str, PathParameter(name="clientId")]
@@ -54,4 +56,34 @@ async def update_client(request: Request, client_id: ClientId) -> Response:
     return ok(await clients.change(request.app.state.runtime, who.tenant_id, who.actor, client_id, body))
 
 
-ROUTES = [list_clients, create_client, get_client, update_client]
+@post("/api/v1/clients/{clientId:str}/credits", operation_id="createClientCredit", summary="Add funds to a client",
+      tags=TAGS,
+      description=("Adds `amount` (more than 0, in the client's currency) to the client's balance: 201 with the "
+                   "statement line, `balance` the balance after it. Leads waiting because the client could not cover "
+                   "them are tried again at once. 400 names a missing, negative or non-numeric amount."),
+      status_code=201, opt={"body": balances.CreditBody, "data": BalanceLine, "status": 201,
+                            "errors": ["VALIDATION_ERROR", "NOT_FOUND"]})
+async def create_credit(request: Request, client_id: ClientId) -> Response:
+    who = principal(request.scope)
+    body = await read_json(request, balances.CreditBody)
+    state = request.app.state
+    return ok(await balances.credit(state.runtime, state.settings.get(who.tenant_id, who.config_rev), who.tenant_id,
+                                    who.actor, client_id, body), status=201)
+
+
+@get("/api/v1/clients/{clientId:str}/statement", operation_id="getClientStatement",
+     summary="A client's statement", tags=TAGS,
+     description=("The client's balance entries between `startDate` and `endDate` (inclusive; a date means its whole "
+                  "UTC day; by default the last 30 days), oldest first: `sale` (a negative amount), `return` and "
+                  "`credit`, each with the balance after it, between the opening and the closing balance."),
+     opt={"data": Statement, "errors": ["VALIDATION_ERROR", "NOT_FOUND"],
+          "query": {"startDate": {**DAY_OR_INSTANT, "description": "Inclusive."},
+                    "endDate": {**DAY_OR_INSTANT, "description": "Inclusive: a date means through its end (UTC)."}}})
+async def get_statement(request: Request, client_id: ClientId,
+                        start_date: Annotated[str | None, QueryParameter(name="startDate")] = None,
+                        end_date: Annotated[str | None, QueryParameter(name="endDate")] = None) -> Response:
+    start, end = date_range(request)
+    return ok(balances.statement(request.app.state.runtime, principal(request.scope).tenant_id, client_id, start, end))
+
+
+ROUTES = [list_clients, create_client, get_client, update_client, create_credit, get_statement]

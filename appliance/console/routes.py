@@ -10,7 +10,7 @@ import logging
 import secrets
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import msgspec
 from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -28,15 +28,17 @@ from appliance.api.leads import MAX_SEARCH, query_csv, query_id_range, search_fi
 from appliance.api.io import query_int, query_str
 from appliance.console.charts import bar_chart
 from appliance.console.session import (
-    COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, RoleTooLow, SignInRequired, StepOwed, can, check_csrf,
-    cookie_options, session_guard, signed_in, who,
+    CONSOLE_PATH, COOKIE, CSRF_FIELD, SIGN_IN_COOKIE, CsrfRefused, RoleTooLow, SignInRequired, StepOwed,
+    can, check_csrf, cookie_options, home_of, session_guard, signed_in, who,
 )
 from appliance.domain.lead import LEAD_STATUSES
 from appliance.domain.permissions import ROLES, may_manage
 from appliance.domain.report import GROUP_BY
 from appliance.errors import ApiError, NotFound, ValidationFailed
+from appliance.model import describe_validation_error
 from appliance.services import (
-    approvals, audit, console, endpoints, lead_import, reports, reposts, return_requests, two_factor, users,
+    approvals, audit, balances, clients, console, endpoints, lead_import, reports, reposts, return_requests,
+    two_factor, users,
 )
 from appliance.storage import LeadFilter
 
@@ -61,10 +63,14 @@ NOTICES = {
     "two_factor_off": "Two-factor sign-in is off.",
     "return_approved": "The return was approved: the lead is returned and its revenue reversed.",
     "return_rejected": "The return request was rejected.",
+    "credited": "The credit was added to the client's balance.",
 }
 SIGN_IN_CHALLENGE = 'Form realm="appliance console"'  # the sign-in form is how to authenticate here
 # Where each stage of a session goes after sign-in (and when a page is asked for too early).
 STEP_PAGES = {console.LIVE: "/admin", "code": "/admin/sign-in/code", "enrol": "/admin/account/two-factor"}
+# The same for buyers and suppliers, whose pages are the portal's (appliance/portal/routes.py); no
+# tenant requires their enrolment.
+PORTAL_STEP_PAGES = {console.LIVE: "/portal", "code": "/portal/sign-in/code"}
 ALL_STAGES = tuple(STEP_PAGES)
 
 
@@ -139,9 +145,10 @@ async def sign_in(request: Request) -> Response:
     if request.cookies.get(COOKIE):  # signed in again: the session before ends now, not in 12 h
         await console.end_session(runtime, request.cookies[COOKIE])
     made = outcome.session
-    response = Redirect(path=STEP_PAGES[made.stage], status_code=303)
+    home = home_of(made.role)
+    response = Redirect(path=(STEP_PAGES if home == CONSOLE_PATH else PORTAL_STEP_PAGES)[made.stage], status_code=303)
     response.set_cookie(COOKIE, made.token,
-                        **cookie_options(request, int(console.SESSION_LIFETIME.total_seconds())))
+                        **cookie_options(request, int(console.SESSION_LIFETIME.total_seconds()), home))
     response.delete_cookie(SIGN_IN_COOKIE, path="/admin")
     return response
 
@@ -521,6 +528,47 @@ async def decide_return(request: Request, request_id: PathText) -> Response:
     return _back("/admin/returns", "return_approved" if decision == "approve" else "return_rejected")
 
 
+# ---- clients: balances and statements --------------------------------------------------------------
+
+@get("/clients")
+async def clients_page(request: Request) -> Template:
+    """Every client with its billing, its balance and what it may still buy for."""
+    listed = balances.balances_of(request.app.state.runtime, who(request).tenant_id)
+    return _page(request, "clients.html", clients=listed)
+
+
+@get("/clients/{client_id:str}")
+async def client_page(request: Request, client_id: PathText) -> Template:
+    """A client's statement, with the API's `startDate` and `endDate`, and (managers) a credit form."""
+    runtime, me = request.app.state.runtime, who(request)
+    start, end = audit_api.date_range(request)
+    shown = balances.statement(runtime, me.tenant_id, client_id, start, end)
+    record = clients.get(runtime, me.tenant_id, client_id)
+    query = {k: v for k, v in request.query_params.items() if k in ("startDate", "endDate")}
+    return _page(request, "client.html", client=record, statement=shown, query=query)
+
+
+@post("/clients/{client_id:str}/credits", opt={"permission": "console:credit"}, status_code=303)
+async def credit_client(request: Request, client_id: PathText) -> Response:
+    form = await _form(request)
+    try:
+        body = msgspec.convert({"amount": _number(form.get("amount")), "note": (form.get("note") or "").strip() or None},
+                               balances.CreditBody)
+    except msgspec.ValidationError as exc:
+        raise ValidationFailed([describe_validation_error(exc)]) from None
+    me = who(request)
+    await balances.credit(request.app.state.runtime, _settings(request), me.tenant_id, me.actor, client_id, body)
+    return _back(f"/admin/clients/{quote(client_id, safe='')}", "credited")
+
+
+def _number(text: str | None) -> Any:
+    """A form's number as a number (the struct then names what is wrong with it), else the text."""
+    try:
+        return float(text) if text is not None else None
+    except ValueError:
+        return text
+
+
 # ---- the audit log (admins) ----------------------------------------------------------------------
 
 @get("/audit", opt={"permission": "console:audit"})
@@ -634,6 +682,7 @@ def router() -> Router:
         route_handlers=[sign_in_page, sign_in, sign_out, code_page, enter_code, two_factor_page, confirm_two_factor,
                         two_factor_off, setup_page, choose_password, account_page,
                         sign_out_everywhere, users_page, add_user, change_user, audit_page, returns_page, decide_return,
+                        clients_page, client_page, credit_client,
                         overview, leads_page, lead_page, decide, repost, review_page,
                         failures_page, repost_many, endpoints_page, pause_or_resume, webhooks_page, reports_page,
                         report_csv, import_page, start_import, import_progress, static],

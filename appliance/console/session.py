@@ -1,7 +1,8 @@
 """Who is signed in to the console, and the checks every console request passes: a live session
 cookie (a guard on every page but sign-in), the CSRF token of every form, and the headers that
 keep the pages out of frames, caches and other origins' scripts (HEADERS, or TLS_HEADERS over
-TLS: the app's edge puts them on every answer under /admin, appliance/app.py)."""
+TLS: the app's edge puts them on every answer under /admin and /portal, appliance/app.py). The
+portal (appliance/portal/) signs its buyers and suppliers in with the same sessions."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from appliance.services import console
 from appliance.storage import ConsoleSessionRecord, Principal
 
 COOKIE = "console_session"
+CONSOLE_PATH, PORTAL_PATH = "/admin", "/portal"
 SIGN_IN_COOKIE = "console_sign_in"  # the sign-in form's CSRF token, before any session exists
 CSRF_FIELD = "csrf"
 HEADERS = [
@@ -97,12 +99,18 @@ def check_csrf(expected: str | None, sent: Any) -> None:
         raise CsrfRefused()
 
 
-def cookie_options(connection: ASGIConnection, max_age: int) -> dict[str, Any]:
-    """HttpOnly, SameSite=Strict, scoped to /admin; Secure when the request came over TLS: to
+def home_of(role: str) -> str:
+    """Where a person of `role` works: staff in the console, buyers and suppliers in the portal.
+    Their session cookie is scoped to that path alone."""
+    return PORTAL_PATH if role in permissions.PARTY_ROLES else CONSOLE_PATH
+
+
+def cookie_options(connection: ASGIConnection, max_age: int, path: str = CONSOLE_PATH) -> dict[str, Any]:
+    """HttpOnly, SameSite=Strict, scoped to `path`; Secure when the request came over TLS: to
     the appliance itself, or to a TLS proxy in front that says so (`X-Forwarded-Proto: https`),
     or always with `[server] secure_cookies`. Believing the header from anyone is safe here: it
     can only make a cookie stricter."""
     forwarded = connection.headers.get("x-forwarded-proto", "").split(",")[0].strip().lower()
     secure = connection.scope.get("scheme") == "https" or forwarded == "https" \
         or connection.app.state.runtime.config.server.secure_cookies
-    return {"max_age": max_age, "path": "/admin", "httponly": True, "samesite": "strict", "secure": secure}
+    return {"max_age": max_age, "path": path, "httponly": True, "samesite": "strict", "secure": secure}

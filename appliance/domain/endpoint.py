@@ -114,9 +114,7 @@ class EndpointPing(Model):
 
     def __post_init__(self) -> None:
         check_http_url("url", self.url)
-        parts = urlsplit(self.url)
-        if "@" in parts.netloc or any(looks_like_credential(unquote_plus(pair.partition("=")[0]))
-                                      for pair in parts.query.split("&") if pair):
+        if _carries_credentials(self.url):
             invalid("url", "must carry no credential: the ping sends the endpoint's auth and sealed headers")
         for name, value in self.headers.items():
             if not _HEADER_NAME.match(name):
@@ -185,6 +183,9 @@ class DeliveryEndpoint(Model):
     health_policy: HealthPolicy = msgspec.field(default_factory=HealthPolicy)
     ping: EndpointPing | None = None  # asked for a bid first when the campaign sells at auction
     client_id: str | None = None  # the client (buyer) its sales are charged to; none: the campaign's
+    # Where a test lead (`isTest`) is posted instead of `url`, with the same auth and headers; an
+    # endpoint without one is never sent a test lead.
+    test_url: str | None = None
 
     def __post_init__(self) -> None:
         if not self.delivery_endpoint_id.strip():
@@ -194,6 +195,9 @@ class DeliveryEndpoint(Model):
         if self.url is None and self.adapter == "http":
             invalid("url", "required for the http adapter")
         check_http_url("url", self.url)
+        check_http_url("testUrl", self.test_url)
+        if self.test_url and _carries_credentials(self.test_url):
+            invalid("testUrl", "must not carry credentials (a test post is sent with the endpoint's auth and headers)")
         for name, value in self.headers.items():
             # Values are never echoed: a header may carry a credential.
             if not _HEADER_NAME.match(name):
@@ -209,7 +213,7 @@ class DeliveryEndpoint(Model):
             invalid("returnWindowDays", "must be between 0 and 3650 days")
 
     def __repr__(self) -> str:
-        return redacted_repr(self, ("url", "headers", "auth"))
+        return redacted_repr(self, ("url", "test_url", "headers", "auth"))
 
 
 def retries_left(endpoint: DeliveryEndpoint | None, attempts: int) -> bool:
@@ -250,6 +254,13 @@ def looks_like_credential(name: str) -> bool:
     words = [word.lower() for word in _WORDS.findall(name)]
     return any(word in _CREDENTIAL_WORDS or word.endswith(_CREDENTIAL_ENDINGS) for word in words) \
         or "".join(words).endswith(_CREDENTIAL_ENDINGS)
+
+
+def _carries_credentials(url: str) -> bool:
+    """User info, or a query parameter whose name says it is a credential."""
+    parts = urlsplit(url)
+    return "@" in parts.netloc or any(
+        looks_like_credential(unquote_plus(pair.partition("=")[0])) for pair in parts.query.split("&") if pair)
 
 
 def header_field(name: str) -> str:

@@ -50,11 +50,14 @@ def source_of(campaigns: Mapping[str, Campaign], campaign_id: str | None,
 def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: IngestionSource | None,
               source_id: str | None, facts: Mapping[str, Any], value_sets: Mapping, now: datetime,
               price: float | None = None, endpoint_id: str | None = None,
-              sale: tuple[float, str] | None = None, payout: tuple[float, str] | None = None) -> list[LedgerLine]:
+              sale: tuple[float, str] | None = None, payout: tuple[float, str] | None = None,
+              client_id: str | None = None) -> list[LedgerLine]:
     """The entries a lead earns on reaching `statuses` (a status, plus `lead_ingested` at intake);
-    `endpoint_id`: the endpoint the lead went to, else the campaign's."""
+    `endpoint_id`: the endpoint the lead went to, else the campaign's; `client_id`: the client
+    its sales are charged to (the endpoint's), else the campaign's."""
     campaign_id = campaign.campaign_id if campaign is not None else None
-    client_id = campaign.client.client_id if campaign is not None and campaign.client else None
+    if client_id is None:
+        client_id = campaign.client.client_id if campaign is not None and campaign.client else None
     if endpoint_id is None and campaign is not None:
         endpoint_id = campaign.delivery.delivery_endpoint_id
     today = now.date()
@@ -96,3 +99,13 @@ def lines_for(statuses: tuple[str, ...], *, campaign: Campaign | None, source: I
             LedgerLine("revenue", f"revenue:{campaign_id}:{i}", m.lead_status, float(m.amount), m.currency,
                        campaign_id, client_id, source_id, endpoint_id) for i, m in revenue]
     return lines
+
+
+def expected_sale(campaign: Campaign, facts: Mapping[str, Any], value_sets: Mapping, now: datetime,
+                  currency: str) -> float:
+    """What delivering the lead would earn in `currency` by the campaign's revenue milestones: the
+    amount a client's balance must cover before it is sent (a buyer's own price, known only
+    from its answer, may differ)."""
+    lines = lines_for(("delivered",), campaign=campaign, source=None, source_id=None, facts=facts,
+                      value_sets=value_sets, now=now)
+    return sum(line.amount for line in lines if line.kind == "revenue" and line.currency == currency)

@@ -1,7 +1,7 @@
 """Who may do what: the roles of people and keys, and the one table of what each API operation
 and console action needs (CONTRACT 9.3). Each staff role includes the ones before it: a viewer
 reads everything of its tenant; a reviewer also approves, rejects and reposts; a manager also
-pauses and resumes buyers, redelivers, submits and imports leads, edits leads, decides returns,
+pauses and resumes buyers, redelivers, submits and imports leads, edits leads, decides returns, credits clients,
 and edits suppression lists and webhooks; an admin also manages users (not owners) and keys; an
 owner does everything. `buyer` and `supplier` are parties' roles, for their portal: no staff
 operation admits them."""
@@ -43,9 +43,10 @@ NEEDED: dict[str, str] = {
     # clients: the configuration
     "listReturnRequests": VIEWER, "createReturnRequest": REVIEWER, "decideReturnRequest": MANAGER,
     "listClients": VIEWER, "getClient": VIEWER, "createClient": ADMIN, "updateClient": ADMIN,
+    "getClientStatement": VIEWER, "createClientCredit": MANAGER,
     # the console
     "console:read": VIEWER, "console:decide": REVIEWER, "console:repost": REVIEWER,
-    "console:redeliver": MANAGER, "console:pause": MANAGER, "console:returns": MANAGER, "console:import": MANAGER, "console:users": ADMIN, "console:audit": ADMIN,
+    "console:redeliver": MANAGER, "console:pause": MANAGER, "console:returns": MANAGER, "console:credit": MANAGER, "console:import": MANAGER, "console:users": ADMIN, "console:audit": ADMIN,
 }
 
 

@@ -25,7 +25,8 @@ LEAD_STATUS_EVENTS: dict[str, str] = {
     status: f"lead.{status}" for status in (
         "qualified", "disqualified", "duplicate", "pending_action", "queued", "delivered", "failed", "returned")
 }
-EVENT_TYPES: tuple[str, ...] = ("lead.processed", *LEAD_STATUS_EVENTS.values(), "endpoint.paused", "endpoint.resumed")
+EVENT_TYPES: tuple[str, ...] = ("lead.processed", *LEAD_STATUS_EVENTS.values(), "endpoint.paused", "endpoint.resumed",
+                                  "client.low_balance")
 ALL_EVENTS = "*"
 SECRET_PREFIX = "whsec_"
 MIN_SECRET_BYTES = 24

@@ -22,7 +22,10 @@ from appliance.domain.distribution import EndpointGate, endpoint_gate, full, rot
 from appliance.domain.lead import JourneyError
 from appliance.domain.pipeline import event, snapshot
 from appliance.domain.submission import facts_of
+from appliance.domain.client import ClientRecord
+from appliance.services import balances
 from appliance.services.delivery_attempt import Attempt, settle
+from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
 
 STOPPED = object()  # the attempt goes nowhere this time (parked, queued or ended)
@@ -44,14 +47,22 @@ def reserve_and_choose(tx: Session, clock: Clock, attempt: Attempt, campaign: Ca
     lead to another campaign), then, when that campaign has a distribution, its buyer
     (`choose_endpoint`). The buyer is None when the campaign has no distribution (or a repost
     named one); AUCTION when an auction chooses it (`auction_field`, then `sell_at_auction` or
-    `next_standing_bid`); STOPPED when the job was queued, parked or ended."""
+    `next_standing_bid`); STOPPED when the job was queued, parked or ended; the one endpoint
+    when its client's money is held for the sale."""
     reserved = reserve_campaign(tx, clock, attempt, campaign, candidates, checks) \
         if checks[campaign.campaign_id] != ([], None) else Reserved(campaign, attempt)
     if reserved is None:
         return None, STOPPED
     distribution = reserved.campaign.delivery.distribution
     if distribution is None or named is not None:
-        return reserved, None
+        target = named or reserved.campaign.delivery.delivery_endpoint_id
+        if not target or reserved.attempt.settings.billed(target, reserved.campaign) is None:
+            return reserved, None
+        # Its client's hold in this unit (a unit of its own would cost each such delivery a write).
+        if park(tx, clock, reserved.attempt, target, attempted=False):
+            return reserved, STOPPED
+        funded = hold_or_wait_for_funds(tx, clock, reserved.attempt, reserved.campaign, target, None)
+        return reserved, target if funded else STOPPED
     if distribution.method == "auction" and not _pinned_and_open(tx, attempt.job, distribution):
         return reserved, AUCTION
     chosen = choose_endpoint(tx, clock, reserved.attempt, reserved.campaign, distribution)
@@ -124,7 +135,8 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
             settle(tx, clock, attempt, None, "failed", f"no delivery endpoint of the distribution is left to try"
                    f" (tried: {tried})", job_state="done", event_kind="distribution_exhausted")
             return None
-    open_entries, blocks = [], []
+    open_entries, blocks, unfunded = [], [], 0
+    funds = _Funds(tx, attempt, campaign)
     for entry in entries:
         if tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
             continue
@@ -132,6 +144,8 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         blocked = full(gate, lambda scope, period: tx.caps.counter_value(tenant_id, scope, period))
         if blocked is not None:
             blocks.append(blocked)
+        elif funds.short(entry.delivery_endpoint_id):
+            unfunded += 1
         else:
             open_entries.append((entry, gate))
     if not open_entries:
@@ -141,6 +155,8 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
             tx.jobs.reschedule(job.job_id, iso(first.release_at), iso(now), error=first.reason, keep_attempts=True)
             settle(tx, clock, attempt, None, "queued", f"{first.reason}; released at {iso(first.release_at)}",
                    job_state=None, event_kind="queued")
+        elif unfunded:
+            wait_for_funds(tx, clock, attempt, entries[0].delivery_endpoint_id if entries is pinned else None)
         else:
             park(tx, clock, attempt, entries[0].delivery_endpoint_id if entries is pinned else None, attempted=False)
         return None
@@ -150,12 +166,64 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         chosen_id, weights = rotate(distribution, ids, tx.endpoints.rotation(tenant_id, campaign.campaign_id))
         tx.endpoints.save_rotation(tenant_id, campaign.campaign_id, weights)
         chosen, gate = open_entries[ids.index(chosen_id)]
-    for check in gate.limits:
-        tx.caps.add_to_counter(tenant_id, check.scope, check.period_start)
-    if gate.limits:
-        tx.jobs.hold_reservations(job.job_id, [(c.scope, c.period_start) for c in gate.limits])
+    _hold(tx, tenant_id, job.job_id, gate)
+    funds.hold(chosen.delivery_endpoint_id)
     tx.jobs.choose_endpoint(job.job_id, chosen.delivery_endpoint_id)
     return chosen.delivery_endpoint_id
+
+
+class _Funds:
+    """Whether the clients of a lead's buyers can pay for it, in the transaction that chooses the
+    buyer; the chosen one's client, when its billing limits what it buys, holds the sale's amount."""
+
+    __slots__ = ("_attempt", "_campaign", "_tx", "_amounts")
+
+    def __init__(self, tx: Session, attempt: Attempt, campaign: Campaign) -> None:
+        self._tx, self._attempt, self._campaign = tx, attempt, campaign
+        self._amounts: dict[str, float] = {}  # by client: what the sale would charge it
+
+    def _amount(self, client: ClientRecord, bid: float | None) -> float:
+        if bid is not None:
+            return bid
+        if client.client_id not in self._amounts:
+            attempt = self._attempt
+            self._amounts[client.client_id] = balances.sale_amount(
+                attempt.settings, client, self._campaign, facts_of(attempt.lead), attempt.now, None)
+        return self._amounts[client.client_id]
+
+    def short(self, endpoint_id: str, bid: float | None = None, extra: float = 0) -> bool:
+        client = self._attempt.settings.billed(endpoint_id, self._campaign)
+        return client is not None and balances.short_of_funds(
+            self._tx, self._attempt.job.tenant_id, client, self._amount(client, bid) + extra, self._attempt.job.job_id)
+
+    def hold(self, endpoint_id: str, bid: float | None = None) -> None:
+        client = self._attempt.settings.billed(endpoint_id, self._campaign)
+        if client is not None:
+            balances.hold(self._tx, self._attempt.job.job_id, client, self._amount(client, bid))
+
+
+def hold_or_wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign, endpoint_id: str,
+                           bid: float | None) -> bool:
+    """In a write transaction, for a sale to one named buyer (a campaign without a distribution, a
+    repost that names it, a shared auction's other winner): its client's hold taken, True; or
+    the job parked until a credit, False."""
+    funds = _Funds(tx, attempt, campaign)
+    if funds.short(endpoint_id, bid):
+        wait_for_funds(tx, clock, attempt, endpoint_id)
+        return False
+    funds.hold(endpoint_id, bid)
+    return True
+
+
+def wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, endpoint_id: str | None) -> None:
+    """The lead waits, as for a paused buyer, until a credit to the client lets it go."""
+    job = attempt.job
+    waits_for = (f"the client of delivery endpoint {endpoint_id}" if endpoint_id else
+                 "every client of the delivery endpoints left for the lead") + \
+        " cannot cover the sale (balance)"
+    if tx.jobs.park(job.tenant_id, job.job_id, endpoint_id, iso(clock.now()), waits_for, attempted=False):
+        settle(tx, clock, attempt, None, "queued", f"{waits_for}; the lead waits for a credit", job_state=None,
+               event_kind="balance", details={"deliveryEndpointId": endpoint_id})
 
 
 def park(tx: Session, clock: Clock, attempt: Attempt, endpoint_id: str | None, *, attempted: bool,
@@ -228,10 +296,13 @@ class AuctionField:
     paused: int  # buyers left out because they are paused
 
 
-def auction_field(tx: Session, tenant_id: str, campaign: Campaign, distribution: Distribution,
-                  facts: dict, value_sets: dict, now: datetime) -> AuctionField:
+def auction_field(tx: Session, settings: TenantSettings, tenant_id: str, campaign: Campaign,
+                  distribution: Distribution, facts: dict, now: datetime) -> AuctionField:
     """Read before the round: every active buyer of the distribution whose filter the lead passes,
-    that is not paused and whose own limits and schedule have room now."""
+    that is not paused, whose own limits and schedule have room now and whose client's money
+    covers the floor."""
+    value_sets = settings.value_sets
+    floor = float((distribution.auction or Auction()).floor)
     passing = {e.delivery_endpoint_id for e in untried(distribution, (), facts, value_sets=value_sets,
                                                       today=now.date())}
     asked: list[DistributionEndpoint] = []
@@ -253,6 +324,11 @@ def auction_field(tx: Session, tenant_id: str, campaign: Campaign, distribution:
         if blocked is not None:
             blocks.append(blocked)
             skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason=blocked.reason))
+            continue
+        client = settings.billed(endpoint_id, campaign)
+        if client is not None and not balances.may_be_pinged(tx, tenant_id, client, floor):
+            paused += 1  # like a paused buyer: the lead waits for it (a credit lets it go)
+            skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="balance"))
             continue
         asked.append(entry)
     return AuctionField(asked, skipped, blocks, paused)
@@ -292,7 +368,8 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         bids = standing(record, (), attempt.now)
         bids = [b for b in bids if b.delivery_endpoint_id in record.winners] + \
             [b for b in bids if b.delivery_endpoint_id not in record.winners]
-    winners = take_room(tx, job.tenant_id, attempt.now, campaign, distribution, bids, count)
+    winners = take_room(tx, attempt.settings, job.tenant_id, attempt.now, campaign, distribution, bids, count,
+                        job.job_id)
     record = msgspec.structs.replace(record, winners=[w for w, _ in winners])
     if pinged:
         tx.auctions.update(job.tenant_id, record)
@@ -346,7 +423,7 @@ def next_standing_bid(tx: Session, clock: Clock, attempt: Attempt, campaign: Cam
     tried = (*job.tried, *((job.endpoint_id,) if job.endpoint_id else ()))
     # Never a buyer the round already sold to (a shared sale's other winners have their own posts).
     bids = standing(record, (*tried, *record.winners), attempt.now) if record is not None else []
-    chosen = take_room(tx, job.tenant_id, attempt.now, campaign, distribution, bids, 1)
+    chosen = take_room(tx, attempt.settings, job.tenant_id, attempt.now, campaign, distribution, bids, 1, job.job_id)
     if not chosen:
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
         why = "the bids expired" if record is not None and expired(record, attempt.now) else "none is left"
@@ -365,12 +442,15 @@ def standing_bids_left(tx: Session, attempt: Attempt, tried: tuple[str, ...]) ->
     return record is not None and bool(standing(record, tried, attempt.now))
 
 
-def take_room(tx: Session, tenant_id: str, now: datetime, campaign: Campaign, distribution: Distribution,
-              bids: list[Bid], count: int) -> list[tuple[str, EndpointGate]]:
-    """The first `count` bidders, best first, that are still in the distribution, not paused and
-    with room under their own limits and schedule (read again in this transaction)."""
+def take_room(tx: Session, settings: TenantSettings, tenant_id: str, now: datetime, campaign: Campaign,
+              distribution: Distribution, bids: list[Bid], count: int,
+              job_id: int | None = None) -> list[tuple[str, EndpointGate]]:
+    """The first `count` bidders, best first, that are still in the distribution, not paused,
+    with room under their own limits and schedule and whose client's money covers the bid (read
+    again in this transaction). `job_id`: the job that posts to the first, which holds its bid."""
     entries = {e.delivery_endpoint_id: e for e in distribution.endpoints if e.active}
     taken: list[tuple[str, EndpointGate]] = []
+    spent: dict[str, float] = {}  # by client: the bids of this round's winners so far
     for bid in bids:
         entry = entries.get(bid.delivery_endpoint_id)
         if entry is None or tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
@@ -378,6 +458,14 @@ def take_room(tx: Session, tenant_id: str, now: datetime, campaign: Campaign, di
         gate = endpoint_gate(campaign, entry, now)
         if full(gate, lambda scope, period: tx.caps.counter_value(tenant_id, scope, period)) is not None:
             continue
+        client = settings.billed(entry.delivery_endpoint_id, campaign)
+        amount = float(bid.bid or 0)
+        if client is not None:
+            if balances.short_of_funds(tx, tenant_id, client, amount + spent.get(client.client_id, 0), job_id):
+                continue
+            if job_id is not None and not taken:
+                balances.hold(tx, job_id, client, amount)
+            spent[client.client_id] = spent.get(client.client_id, 0) + amount
         taken.append((entry.delivery_endpoint_id, gate))
         if len(taken) == count:
             break

@@ -59,6 +59,7 @@ async def create(runtime: Runtime, tenant_id: str, actor: str, client: ClientRec
         if tx.catalog.get_doc(CLIENTS, tenant_id, client.client_id) is not None:
             raise ValidationFailed(["clientId: a client of this tenant already has this id"])
         tx.catalog.upsert_doc(CLIENTS, tenant_id, client.client_id, client, now)
+        tx.tenants.bump_config_rev(tenant_id)  # deliveries read clients' billing from the cached settings
         stored = tx.catalog.get_doc(CLIENTS, tenant_id, client.client_id)
         audit.record(tx, tenant_id, actor, "client.create", client.client_id, now, after=_shown(stored))
         return stored
@@ -79,6 +80,7 @@ async def change(runtime: Runtime, tenant_id: str, actor: str, client_id: str, b
         except msgspec.ValidationError as exc:
             raise ValidationFailed([describe_validation_error(exc)]) from None
         tx.catalog.upsert_doc(CLIENTS, tenant_id, client_id, changed, now)
+        tx.tenants.bump_config_rev(tenant_id)
         after = tx.catalog.get_doc(CLIENTS, tenant_id, client_id)
         if _shown(after) != _shown(stored):
             audit.record(tx, tenant_id, actor, "client.update", client_id, now, before=_shown(stored),

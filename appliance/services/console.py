@@ -15,7 +15,6 @@ import msgspec
 from appliance import passwords
 from appliance.clock import iso
 from appliance.domain.normalize import normalize_email
-from appliance.domain.permissions import STAFF_ROLES
 from appliance.domain.tenant_options import TenantOptions, owes_enrolment
 from appliance.domain.auction import shown as auction_shown
 from appliance.domain.report import ReportSummary
@@ -44,6 +43,7 @@ class NewSession:
     csrf_token: str
     expires_at: datetime
     stage: str  # "live", or the step still owed: "code" (TOTP) or "enrol" (two-factor the tenant requires)
+    role: str  # staff go on to the console, buyers and suppliers to the portal
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _stage(tx: Session, user: UserRecord) -> str:
 
 
 async def sign_in(runtime: Runtime, email: str, password: str, address: str | None) -> SignIn:
-    """Email and password checked against the active staff users with that address (any tenant:
+    """Email and password checked against the active users with that address (any tenant:
     the first whose password matches), throttled per email and per client address
     (services/sign_in_throttle.py). An unknown email costs and answers what a wrong password
     does. A session that still owes a step lives STEP_LIFETIME until the step is done."""
@@ -77,7 +77,7 @@ async def sign_in(runtime: Runtime, email: str, password: str, address: str | No
         if wait is not None:
             return wait, []
         return None, [(u, _stage(tx, u)) for u in tx.users.all_by_email(email)
-                      if u.active and u.password_hash and u.role in STAFF_ROLES]
+                      if u.active and u.password_hash]
 
     wait, candidates = await runtime.store.write(counted)
     if wait is not None:
@@ -95,7 +95,7 @@ async def sign_in(runtime: Runtime, email: str, password: str, address: str | No
                                                               "user.sign_in_failed", known.user_id, iso(now)))
         return SignIn()
     made = NewSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32),
-                      now + (SESSION_LIFETIME if stage == LIVE else STEP_LIFETIME), stage)
+                      now + (SESSION_LIFETIME if stage == LIVE else STEP_LIFETIME), stage, user.role)
 
     def unit(tx: Session) -> None:
         sign_in_throttle.succeeded(tx, names, now)

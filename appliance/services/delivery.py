@@ -12,14 +12,16 @@ from dataclasses import replace
 from typing import NamedTuple
 
 import httpx
+import msgspec
 
 from appliance.adapters.outbound import Scrubber
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
-from appliance.domain.auction import AuctionRecord, expired, sale_of
+from appliance.domain.auction import AuctionRecord, Sale, expired, sale_of
 from appliance.domain.campaign import Auction, Campaign, sells_at_auction
 from appliance.domain.constraints import campaigns_in_reach, limit_checks, schedule_blocked
 from appliance.domain.delivery_target import endpoint_override
+from appliance.domain.distribution import waterfall
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.lead import JourneyError
 from appliance.domain.rules import qualify
@@ -31,12 +33,12 @@ from appliance.runtime import Runtime
 from appliance.sdk import DeliveryAdapter, DeliveryRequest, DeliveryResult
 from appliance.services.auction import Bidder, hold_round
 from appliance.services.buyer_choice import (
-    AUCTION, STOPPED, Reserved, auction_field, next_standing_bid, nobody_to_ask, park, reserve_and_choose,
-    sell_at_auction,
+    AUCTION, STOPPED, Reserved, auction_field, hold_or_wait_for_funds, next_standing_bid, nobody_to_ask, park,
+    reserve_and_choose, sell_at_auction,
 )
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.delivery_outcome import log_recorded, record_answer
-from appliance.services.opened_endpoints import OpenedEndpoints
+from appliance.services.opened_endpoints import OpenedEndpoint, OpenedEndpoints
 from appliance.storage import Job, Session
 
 
@@ -89,6 +91,9 @@ class Deliveries:
             await self.write(job, lambda tx: settle(tx, clock, attempt, None, "disqualified", problem,
                                                     job_state="done"))
             return None
+        named = endpoint_override(attempt.submission)
+        if attempt.lead.is_test:
+            return await self._test_post(attempt, campaign, named)
         # The submission's latest round, read once: the round a won bid's post sells from, the
         # supplier's ping that held one already, or the last round without a bid.
         record = self.runtime.store.reader().auctions.latest_of_submission(job.tenant_id, job.submission_id) \
@@ -99,7 +104,6 @@ class Deliveries:
         else:
             candidates = campaigns_in_reach(campaign, settings.campaigns)
             checks = {cid: (limit_checks(c, now), schedule_blocked(c, now)) for cid, c in candidates.items()}
-        named = endpoint_override(attempt.submission)
         chosen: str | None | object = None
         if checks[campaign.campaign_id] == ([], None) and (campaign.delivery.distribution is None or named):
             reserved = Reserved(campaign, attempt)  # no limit applies and the window is open: nothing to take
@@ -125,7 +129,15 @@ class Deliveries:
                 expired_bid = DeliveryResult(outcome="failure", reason=f"the bid of {target} expired (bids stand "
                                                                        f"{record.bid_ttl_seconds} s); not posted")
         opened = self.endpoints.get(attempt.job.tenant_id, attempt.settings.rev, target)
+        return self._sending(attempt, target, opened, expired_bid)
+
+    def _sending(self, attempt: Attempt, target: str | None, opened: OpenedEndpoint | None,
+                 expired_bid: DeliveryResult | None = None) -> Sending:
+        """What to ask the buyer, or the answer to record when it cannot be asked."""
+        job = attempt.job
         endpoint = opened.endpoint if opened is not None else None
+        if endpoint is not None and attempt.lead.is_test:
+            endpoint = msgspec.structs.replace(endpoint, url=endpoint.test_url)
         adapter = self.registry.delivery_adapter(endpoint.adapter) if endpoint is not None else None
         if opened is None or endpoint is None:
             answer = DeliveryResult(outcome="failure", reason="the campaign has no delivery endpoint")
@@ -148,11 +160,34 @@ class Deliveries:
             return Sending(attempt, target, endpoint, opened.scrubber, adapter, request)
         return Sending(attempt, target, endpoint, None, None, None, answer)
 
+    async def _test_post(self, attempt: Attempt, campaign: Campaign, named: str | None) -> Sending | None:
+        """A test lead goes to the first of its buyers (the one a repost named, the campaign's, or
+        the distribution's in order, not tried yet) that has a `testUrl`, without pings, limits
+        or money; with none, it stays `qualified` ("test lead")."""
+        job, clock = attempt.job, self.runtime.clock
+        distribution = campaign.delivery.distribution
+        if named or distribution is None:
+            candidates = [named or campaign.delivery.delivery_endpoint_id]
+        else:
+            candidates = [e.delivery_endpoint_id for e in waterfall(distribution) if e.active]
+        for endpoint_id in candidates:
+            opened = self.endpoints.get(job.tenant_id, attempt.settings.rev, endpoint_id) if endpoint_id else None
+            if opened is not None and opened.endpoint.test_url and endpoint_id not in job.tried:
+                return self._sending(attempt, endpoint_id, opened)
+        if job.tried:
+            status, reason = "failed", "test lead: no endpoint with a testUrl is left to try"
+        else:
+            status, reason = "qualified", "test lead"
+        await self.write(job, lambda tx: settle(tx, clock, attempt, None, status, reason, job_state="done",
+                                                event_kind="test_lead"))
+        return None
+
     async def record(self, sending: Sending, result: DeliveryResult, crash: JourneyError | None) -> None:
         """The buyer's answer (or the one `prepare` gave when it could not be asked) recorded;
-        only an adapter that was asked moves its buyer's health, not our own problems."""
+        only an adapter that was asked moves its buyer's health, not our own problems (nor a
+        test post's answer, from the buyer's test address)."""
         attempt, target, endpoint = sending.attempt, sending.target, sending.endpoint
-        asked = target if sending.request is not None else None
+        asked = target if sending.request is not None and not attempt.lead.is_test else None
         clock = self.runtime.clock
         recorded = await self.write(
             attempt.job, lambda tx: record_answer(tx, clock, attempt, result, endpoint, crash, asked, target))
@@ -210,17 +245,19 @@ class Deliveries:
         distribution = campaign.delivery.distribution
         assert distribution is not None
         shared = distribution.auction is not None and distribution.auction.mode == "shared"
-        if job.endpoint_id and shared:  # a shared sale's buyer, paused: its post waits for the resume
+        if job.endpoint_id and shared:  # a shared sale's other buyer: paused, its post waits for the resume
             parked = await self.write(job, lambda tx: park(tx, clock, attempt, job.endpoint_id, attempted=False))
-            return (STOPPED if parked else job.endpoint_id), held
+            if parked:
+                return STOPPED, held
+            return await self._funded(attempt, campaign, job.endpoint_id, sale_of(held, job.endpoint_id)), held
         if job.tried or job.endpoint_id:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
             return chosen, held
         if held is not None and held.ping_id is not None and held.campaign_id == campaign.campaign_id:
             # The supplier's ping held the round already (for the campaign the lead went to).
             return await self.write(job, lambda tx: sell_at_auction(tx, clock, attempt, campaign, distribution, held))
-        field = auction_field(self.runtime.store.reader(), job.tenant_id, campaign, distribution,
-                              facts_of(attempt.lead), attempt.settings.value_sets, attempt.now)
+        field = auction_field(self.runtime.store.reader(), attempt.settings, job.tenant_id, campaign, distribution,
+                              facts_of(attempt.lead), attempt.now)
         if not field.asked:
             await self.write(job, lambda tx: nobody_to_ask(tx, clock, attempt, field))
             return STOPPED, None
@@ -248,7 +285,17 @@ class Deliveries:
             parked = await self.write(attempt.job, lambda tx: park(tx, clock, attempt, target, attempted=False))
             if parked:
                 return STOPPED
-        return target
+        return await self._funded(attempt, campaign, target, None) if target else target
+
+    async def _funded(self, attempt: Attempt, campaign: Campaign, target: str, sale: Sale | None) -> str | object:
+        """`target` when its client can pay (its hold taken) or is not limited; else STOPPED, the
+        job waiting for a credit."""
+        if attempt.settings.billed(target, campaign) is None:
+            return target
+        clock, bid = self.runtime.clock, sale.bid if sale is not None else None
+        funded = await self.write(attempt.job, lambda tx: hold_or_wait_for_funds(tx, clock, attempt, campaign, target,
+                                                                                 bid))
+        return target if funded else STOPPED
 
     def _is_paused(self, attempt: Attempt, endpoint_id: str) -> bool:
         if attempt.paused is not None:

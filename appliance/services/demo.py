@@ -47,6 +47,9 @@ DEMO_BUNDLE = {
     "deliveryEndpoints": [{
         "deliveryEndpointId": "demo-buyer",
         "adapter": "demo",  # the buyer inside the appliance: every lead it gets is delivered
+        # Test leads (isTest) go to a buyer's test address only; the demo buyer, which posts
+        # nowhere, takes them there too (a reserved name: nothing is ever sent to it).
+        "testUrl": "https://demo-buyer.invalid/test",
         "fieldMapping": [
             {"clientKey": "first_name", "leadField": "firstName", "required": True},
             {"clientKey": "last_name", "leadField": "lastName", "required": True},

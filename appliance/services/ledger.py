@@ -13,6 +13,7 @@ from appliance.domain.lead import LeadRecord
 from appliance.domain.ledger import lines_for, source_of
 from appliance.domain.submission import facts_of
 from appliance.model import Model
+from appliance.services import balances
 from appliance.services.tenant_settings import TenantSettings
 from appliance.storage import Session
 
@@ -45,15 +46,25 @@ def earn(tx: Session, settings: TenantSettings, tenant_id: str, lead: LeadRecord
     """Record the milestones `lead` (as it now is: its campaign and source) earns by reaching
     `statuses` for `submission_id`; `campaign` defaults to the lead's. The submit passes the
     source it already resolved; a delivery passes the endpoint it went to."""
+    if lead.is_test:  # a test lead runs the whole pipeline and books no money
+        return
     campaign = campaign or settings.campaigns.get(lead.campaign_id or "")
     if source is _LOOK_UP:
         source = source_of(settings.campaigns, lead.campaign_id, lead.source_id)
     if not (source and source.cost_milestones) and not (campaign and campaign.delivery.revenue_milestones) \
             and price is None and sale is None and payout is None:
         return
+    if endpoint_id is None and campaign is not None:
+        endpoint_id = campaign.delivery.delivery_endpoint_id
     lines = lines_for(statuses, campaign=campaign, source=source, source_id=lead.source_id,
                       facts=facts if facts is not None else facts_of(lead), value_sets=settings.value_sets,
                       now=now, price=price, endpoint_id=endpoint_id, sale=sale,
-                      payout=payout)
-    if lines:
+                      payout=payout, client_id=settings.client_of(endpoint_id, campaign))
+    if not lines:
+        return
+    if any(line.client_id in settings.clients for line in lines if line.kind == "revenue"):
+        # A client's balance follows the sales written now, never one already booked.
+        written = tx.ledger.record_new(tenant_id, lead.lead_id, submission_id, lines, iso(now))
+        balances.follow_ledger(tx, settings, tenant_id, lead.lead_id, written, iso(now))
+    else:
         tx.ledger.record(tenant_id, lead.lead_id, submission_id, lines, iso(now))

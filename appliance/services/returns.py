@@ -29,7 +29,7 @@ from appliance.domain.returns import DEFAULT_RETURN_WINDOW_DAYS, RETURNED, retur
 from appliance.errors import InvalidState, NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
-from appliance.services import audit
+from appliance.services import audit, balances
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import LedgerEntry, earn
 from appliance.services.tenant_settings import TenantSettings
@@ -101,11 +101,13 @@ def apply_return(tx: Session, settings: TenantSettings, tenant_id: str, returned
     tx.leads.update_submission(tenant_id, submission)
     returned = msgspec.structs.replace(lead, status=RETURNED, updated_at=now)
     tx.leads.update_lead(tenant_id, returned)
+    client_id = settings.endpoint_clients.get(endpoint_id or "") or submission.campaign.client_id
     lines = reversal_lines(tx.ledger.delivered_revenue(tenant_id, submission_id), submission_id=submission_id,
-                           campaign_id=submission.campaign.campaign_id, client_id=submission.campaign.client_id,
+                           campaign_id=submission.campaign.campaign_id, client_id=client_id,
                            source_id=lead.source_id, delivery_endpoint_id=endpoint_id)
-    if lines:
-        tx.ledger.record(tenant_id, lead_id, submission_id, lines, now)
+    if lines:  # the client's balance gets back what the sale took
+        balances.follow_ledger(tx, settings, tenant_id, lead_id,
+                               tx.ledger.record_new(tenant_id, lead_id, submission_id, lines, now), now)
     earn(tx, settings, tenant_id, returned, submission_id, (RETURNED,), now_dt, endpoint_id=endpoint_id)
     record_lead_events(tx, settings, tenant_id, returned, submission, (RETURNED,), now)
     entry = None

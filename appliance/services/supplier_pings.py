@@ -162,7 +162,7 @@ async def _round(runtime: Runtime, registry: Registry, http: httpx.AsyncClient, 
     now_dt = runtime.clock.now()
     reader = runtime.store.reader()
     with reader:
-        field = auction_field(reader, tenant_id, campaign, distribution, facts, settings.value_sets, now_dt)
+        field = auction_field(reader, settings, tenant_id, campaign, distribution, facts, now_dt)
     if not field.asked:
         return None, "no bid"
     bidders = []
@@ -175,8 +175,8 @@ async def _round(runtime: Runtime, registry: Registry, http: httpx.AsyncClient, 
                               allow_private_addresses=runtime.config.delivery.allow_private_addresses)
     count = auction.max_winners if auction.mode == "shared" else 1
     with reader:
-        winners = take_room(reader, tenant_id, runtime.clock.now(), campaign, distribution, ranked(record.bids),
-                            count)
+        winners = take_room(reader, settings, tenant_id, runtime.clock.now(), campaign, distribution,
+                            ranked(record.bids), count)
     record = msgspec.structs.replace(record, winners=[w for w, _ in winners], ping_id=ping_id,
                                      campaign_id=campaign.campaign_id)
     return record, None if winners else "no bid"

@@ -8,11 +8,12 @@ from dataclasses import dataclass, field
 
 from appliance.domain.campaign import Campaign
 from appliance.domain.catalog import FieldLibraryEntry
+from appliance.domain.client import ClientRecord
 from appliance.domain.pipeline import usable
 from appliance.domain.rules import prepare_value_sets
 from appliance.domain.webhooks import ALL_EVENTS, PLUGIN_SUBSCRIBER
 from appliance.errors import ValidationFailed
-from appliance.storage import FIELD_LIBRARY, VALUE_SETS, WEBHOOKS, Store
+from appliance.storage import CLIENTS, DELIVERY_ENDPOINTS, FIELD_LIBRARY, VALUE_SETS, WEBHOOKS, Store
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,21 @@ class TenantSettings:
     # (webhookId, event names) of each active subscription, the plugins' hook included when a
     # plugin implements it: who gets an outbox row when a lead's status changes.
     subscribers: tuple[tuple[str, frozenset[str]], ...] = ()
+    clients: dict[str, ClientRecord] = field(default_factory=dict)  # the client records, by id
+    endpoint_clients: dict[str, str] = field(default_factory=dict)  # endpoint -> its own `clientId`
+
+    def client_of(self, endpoint_id: str | None, campaign: Campaign | None) -> str | None:
+        """Who a sale through `endpoint_id` is charged to: the endpoint's client, else the campaign's."""
+        return self.endpoint_clients.get(endpoint_id or "") or (
+            campaign.client.client_id if campaign is not None and campaign.client else None)
+
+    def billed(self, endpoint_id: str | None, campaign: Campaign | None) -> ClientRecord | None:
+        """The client record a sale through `endpoint_id` is checked against, when its billing
+        limits what it buys (`prepaid` or `credit`); None: nothing to check."""
+        if not self.clients:
+            return None
+        client = self.clients.get(self.client_of(endpoint_id, campaign) or "")
+        return client if client is not None and client.billing.mode != "none" else None
 
     def usable_campaign(self, campaign_id: str) -> Campaign:
         """The active, unarchived campaign a body names, else a VALIDATION_ERROR on campaignId."""
@@ -56,6 +72,9 @@ def load_settings(store: Store, tenant_id: str, rev: int, *, plugins_listen: boo
         checked_fields=[e for e in entries if _has_rules(e)],
         subscribers=tuple((w.webhook_id, frozenset(w.events)) for w in tx.catalog.load_docs(WEBHOOKS, tenant_id)
                           if w.active) + (((PLUGIN_SUBSCRIBER, frozenset({ALL_EVENTS})),) if plugins_listen else ()),
+        clients={c.client_id: c for c in tx.catalog.load_docs(CLIENTS, tenant_id)},
+        endpoint_clients={e.delivery_endpoint_id: e.client_id for e in tx.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
+                          if e.client_id},
     )
 
 

@@ -23,7 +23,7 @@ from appliance.ids import new_id
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.services import audit, sign_in_throttle
-from appliance.storage import Session, UserRecord
+from appliance.storage import CLIENTS, Session, UserRecord
 
 SETUP_LIFETIME = timedelta(hours=24)
 SETUP_KEPT = timedelta(days=7)  # a used or expired setup link is kept this long, then purged
@@ -131,13 +131,15 @@ def _checked_new(body: NewUser) -> NewUser:
 
 
 def _check_party(tx: Session, tenant_id: str, body: NewUser) -> None:
-    """A buyer's client and a supplier's source must be the tenant's: named by a campaign."""
+    """A buyer's client and a supplier must be the tenant's: a client record or a campaign's
+    client; a supplier named by a source's `supplierId`, or by its `sourceId` when it names none."""
     campaigns = tx.catalog.all_campaigns(tenant_id)
-    if body.client_id is not None and body.client_id not in {c.client.client_id for c in campaigns if c.client}:
-        raise ValidationFailed(["clientId: no campaign of this tenant has this client"])
+    if body.client_id is not None and body.client_id not in {c.client.client_id for c in campaigns if c.client} \
+            and tx.catalog.get_doc(CLIENTS, tenant_id, body.client_id) is None:
+        raise ValidationFailed(["clientId: the tenant has no client record or campaign of this client"])
     if body.supplier_id is not None and body.supplier_id not in {
-            s.source_id for c in campaigns for s in c.ingestion.sources}:
-        raise ValidationFailed(["supplierId: no campaign of this tenant has this ingestion source"])
+            s.supplier_id or s.source_id for c in campaigns for s in c.ingestion.sources}:
+        raise ValidationFailed(["supplierId: no campaign of this tenant has an ingestion source of this supplier"])
 
 
 def _may(actor_role: str | None, target_role: str, what: str) -> None:

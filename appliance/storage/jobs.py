@@ -87,8 +87,9 @@ class Jobs:
         ).fetchall()
 
     def claim_due(self, now: str, limit: int) -> list[Job]:
+        # A claim starts without a balance hold: one left by the job's last claim ended with it.
         return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1"
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1, hold_client = NULL"
             " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
             "                  ORDER BY due_at, job_id LIMIT ?2)"
             " RETURNING job_id, tenant_id, kind, lead_id, submission_id, attempts, endpoint_id, tried",

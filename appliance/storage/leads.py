@@ -334,6 +334,33 @@ class Leads:
                 f"SELECT {_LEAD_ROW} FROM {source} WHERE {' AND '.join(clauses)} ORDER BY l.lead_id DESC LIMIT ?", params)
         return [(row[0], _LEADS.json_of(row)) for row in rows]
 
+    def source_page(self, tenant_id: str, source_ids: Sequence[str], before_id: str | None,
+                    limit: int) -> list[LeadRecord]:
+        """A page of the leads of `source_ids`, newest first, before `before_id` (exclusive): one
+        walk of leads_by_source per source, each stopping at `limit`, merged."""
+        if not source_ids:
+            return []
+        bound = " AND l.lead_id < ?" if before_id is not None else ""
+        arm = (f"SELECT * FROM (SELECT {_LEAD_ROW} FROM leads l INDEXED BY leads_by_source"
+               f" WHERE l.tenant_id = ? AND l.source_id = ?{bound} ORDER BY l.lead_id DESC LIMIT ?) AS arm")
+        params: list = []
+        for source_id in source_ids:
+            params += [tenant_id, source_id, *([before_id] if before_id is not None else []), limit]
+        rows = self._conn.execute(" UNION ALL ".join([arm] * len(source_ids)) + " ORDER BY 1 DESC LIMIT ?",
+                                  [*params, limit])
+        return [_LEADS.unpack(row) for row in rows]
+
+    def source_day_counts(self, tenant_id: str, source_ids: Sequence[str], first_day: int,
+                          end_day: int) -> list[tuple[int, str, int]]:
+        """(UTC day since the epoch, status, leads) of the leads of `source_ids` created on days
+        [first_day, end_day), by their current status: from the daily report rollup."""
+        if not source_ids:
+            return []
+        return self._conn.execute(
+            "SELECT bucket, status, sum(leads) FROM report_leads_daily WHERE tenant_id = ? AND bucket >= ?"
+            f" AND bucket < ? AND source_id IN ({','.join('?' * len(source_ids))}) GROUP BY 1, 2 HAVING sum(leads) != 0",
+            (tenant_id, first_day, end_day, *source_ids)).fetchall()
+
     def ids_with_status(self, tenant_id: str, status: str, *, campaign_ids: Sequence[str] = (),
                         after_id: str | None = None, before_id: str | None = None, limit: int) -> list[str]:
         """Ids of the tenant's leads at `status`, oldest first (one walk of leads_by_status)."""

@@ -757,3 +757,44 @@ def m018_return_requests(conn: apsw.Connection) -> None:
         CREATE INDEX ledger_entries_sales ON ledger_entries(tenant_id, client_id, created_at) WHERE kind = 'revenue';
         """
     )
+
+
+@migration
+def m019_client_balances(conn: apsw.Connection) -> None:
+    # Clients' balances (storage/balances.py): an entry per sale, return and credit with the
+    # running balance after it, numbered per client; and the amount a delivery under way holds
+    # on its job row until its outcome (counted while the job runs).
+    conn.execute(
+        """
+        CREATE TABLE balance_entries (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            client_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            at TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('sale', 'return', 'credit')),
+            amount REAL NOT NULL,
+            balance REAL NOT NULL,
+            currency TEXT NOT NULL,
+            lead_id TEXT,
+            note TEXT,
+            PRIMARY KEY (tenant_id, client_id, seq)
+        );
+        CREATE INDEX balance_entries_by_time ON balance_entries(tenant_id, client_id, at);
+        ALTER TABLE jobs ADD COLUMN hold_client TEXT;
+        ALTER TABLE jobs ADD COLUMN hold_amount REAL;
+        CREATE INDEX jobs_balance_holds ON jobs(tenant_id, hold_client)
+            WHERE state = 'running' AND hold_client IS NOT NULL;
+        """
+    )
+
+
+@migration
+def m020_portal_indexes(conn: apsw.Connection) -> None:
+    # The portal (appliance/portal/): a supplier's leads newest first, and its sources' payouts,
+    # each an index walk per source that stops at the page's end.
+    conn.execute(
+        """
+        CREATE INDEX leads_by_source ON leads(tenant_id, source_id, lead_id);
+        CREATE INDEX ledger_entries_costs ON ledger_entries(tenant_id, source_id, entry_id) WHERE kind = 'cost';
+        """
+    )

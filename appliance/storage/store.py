@@ -4,7 +4,7 @@ A `Store` runs units of work and hands out read sessions; a `Session` is one con
 of repositories, one per aggregate (`tx.leads`, `tx.jobs`, `tx.caps`, `tx.ledger`,
 `tx.catalog`, `tx.tenants`, `tx.secrets`, `tx.messages`, `tx.files`, `tx.activity`, `tx.reports`,
 `tx.webhooks`, `tx.suppression`, `tx.endpoints`, `tx.imports`, `tx.console_sessions`,
-`tx.auctions`, `tx.pings`, `tx.users`, `tx.audit`, `tx.return_requests`).
+`tx.auctions`, `tx.pings`, `tx.users`, `tx.audit`, `tx.return_requests`, `tx.balances`).
 Nothing above this package sees a connection, SQL or the database engine, so a second backend
 implements these two classes and its repositories and leaves the callers alone.
 
@@ -33,6 +33,7 @@ from appliance.storage.audit import Audit
 from appliance.storage.return_requests import ReturnRequests
 from appliance.storage.users import Users
 from appliance.storage.auctions import Auctions
+from appliance.storage.balances import Balances
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import Catalog
 from appliance.storage.change_signal import ChangeSignal
@@ -58,7 +59,7 @@ T = TypeVar("T")
 class Session:
     """The repositories over one connection. Used as a context manager, one transaction."""
 
-    __slots__ = ("_conn", "activity", "audit", "auctions", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
+    __slots__ = ("_conn", "activity", "audit", "auctions", "balances", "caps", "catalog", "console_sessions", "endpoints", "files", "imports", "jobs", "leads", "ledger", "pings",
                  "messages", "reports", "return_requests", "secrets", "suppression", "tenants", "users",
                  "webhooks")
 
@@ -84,6 +85,7 @@ class Session:
         self.imports = Imports(conn)
         self.console_sessions = ConsoleSessions(conn)
         self.auctions = Auctions(conn)
+        self.balances = Balances(conn)
         self.pings = Pings(conn)
 
     def __enter__(self) -> Session:

@@ -615,6 +615,31 @@ CREATE UNIQUE INDEX return_requests_one_open ON return_requests(tenant_id, lead_
 CREATE INDEX ledger_entries_sales ON ledger_entries(tenant_id, client_id, created_at) WHERE kind = 'revenue';
 """)
 
+_migration("m019_client_balances", """
+CREATE TABLE balance_entries (
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    client_id text NOT NULL,
+    seq bigint NOT NULL,
+    at text NOT NULL,
+    kind text NOT NULL CHECK (kind IN ('sale', 'return', 'credit')),
+    amount double precision NOT NULL,
+    balance double precision NOT NULL,
+    currency text NOT NULL,
+    lead_id text,
+    note text,
+    PRIMARY KEY (tenant_id, client_id, seq)
+);
+CREATE INDEX balance_entries_by_time ON balance_entries(tenant_id, client_id, at);
+ALTER TABLE jobs ADD COLUMN hold_client text;
+ALTER TABLE jobs ADD COLUMN hold_amount double precision;
+CREATE INDEX jobs_balance_holds ON jobs(tenant_id, hold_client) WHERE state = 'running' AND hold_client IS NOT NULL;
+""")
+
+_migration("m020_portal_indexes", """
+CREATE INDEX leads_by_source ON leads(tenant_id, source_id, lead_id);
+CREATE INDEX ledger_entries_costs ON ledger_entries(tenant_id, source_id, entry_id) WHERE kind = 'cost';
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """

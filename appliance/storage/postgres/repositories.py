@@ -16,7 +16,6 @@ import msgspec
 
 from appliance.domain.contact_hash import hash64
 from appliance.domain.lead import LeadRecord
-from appliance.ids import new_id
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
 from appliance.storage.endpoints import _HEALTH, Endpoints
@@ -188,7 +187,7 @@ class PgJobs(Jobs):
         # SKIP LOCKED: units already run one at a time under the writer lock, but a row locked by
         # anything else (an operator's own transaction) is passed over rather than waited for.
         return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
-            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1,"
+            "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1, hold_client = NULL,"
             " claimed_by = ?3, lease_until = clock_timestamp() + make_interval(secs => ?4)"
             " WHERE job_id IN (SELECT job_id FROM jobs WHERE state = 'ready' AND due_at <= ?1"
             "                  ORDER BY due_at, job_id LIMIT ?2 FOR UPDATE SKIP LOCKED)"
@@ -296,14 +295,9 @@ class PgCaps(Caps):
 class PgLedger(Ledger):
     __slots__ = ()
 
-    def record(self, tenant_id: str, lead_id: str, submission_id: str, lines: Iterable, now: str) -> None:
-        self._conn.executemany(
-            "INSERT INTO ledger_entries(entry_id, tenant_id, lead_id, submission_id, kind, milestone,"
-            " lead_status, amount, currency, campaign_id, client_id, source_id, delivery_endpoint_id, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            [(new_id("led"), tenant_id, lead_id, submission_id, e.kind, e.milestone, e.lead_status, e.amount,
-              e.currency, e.campaign_id, e.client_id, e.source_id, e.delivery_endpoint_id, now) for e in lines],
-        )
+    _INSERT = ("INSERT INTO ledger_entries(entry_id, tenant_id, lead_id, submission_id, kind, milestone,"
+               " lead_status, amount, currency, campaign_id, client_id, source_id, delivery_endpoint_id, created_at)"
+               " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING")
 
 
 class PgReports(Reports):

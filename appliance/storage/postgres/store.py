@@ -18,6 +18,7 @@ from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
 from appliance.storage.files import Files
 from appliance.storage.auctions import Auctions
+from appliance.storage.balances import Balances
 from appliance.storage.messages import Messages
 from appliance.storage.pings import Pings
 from appliance.storage.postgres.connection import PgConnection
@@ -75,6 +76,7 @@ class PgSession(Session):
         self.imports = PgImports(conn)
         self.console_sessions = ConsoleSessions(conn)
         self.auctions = Auctions(conn)
+        self.balances = Balances(conn)
         self.pings = Pings(conn)
 
 

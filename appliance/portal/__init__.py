@@ -1,0 +1,1 @@
+"""The portal under /portal: server-rendered pages for buyer and supplier users (docs/portal.md)."""
