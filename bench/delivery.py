@@ -22,7 +22,7 @@ window and prints where its time goes. Results: bench/results/delivery.json.
 
     python -m bench.delivery [--phase both|latency|throughput] [--rate 1000] [--duration 30]
                              [--preload 30000] [--worker-concurrency 64] [--buyers 1]
-                             [--billing none|prepaid|credit] [--profile] [--keep]
+                             [--billing off|none|prepaid|credit] [--profile] [--keep]
 """
 
 from __future__ import annotations
@@ -61,12 +61,13 @@ _KEY = os.environ.get("BENCH_DELIVERY_KEY", "")  # for the spawned-safe preload 
 
 # ---- setup ------------------------------------------------------------------------------------------
 
-def bundle(buyer_port: int, buyers: int = 1, billing: str = "none") -> dict[str, Any]:
+def bundle(buyer_port: int, buyers: int = 1, billing: str = "off") -> dict[str, Any]:
     """One endpoint at the buyer (a realistic JSON field mapping) and one campaign: adults only,
     a daily delivery limit that is never reached (so the counter path runs), no schedule.
     `buyers` > 1: that many endpoints (all at the same buyer) in a round-robin distribution.
-    `billing` other than none: the campaign's client is a record with that billing and each sale
-    earns 1 USD, so every delivery checks and holds its client's money (`fund` credits it)."""
+    `billing` other than off: the campaign's client is a record with that billing and each sale
+    earns 1 USD, debited from its balance; `prepaid` and `credit` also check and hold the client's
+    money before each post (`fund` credits it)."""
     endpoint = {
         "deliveryEndpointId": "fast-buyer", "url": f"http://127.0.0.1:{buyer_port}/leads",
         "fieldMapping": [
@@ -88,7 +89,7 @@ def bundle(buyer_port: int, buyers: int = 1, billing: str = "none") -> dict[str,
                                                  for i in range(buyers)]
     delivery: dict[str, Any] = {"deliveryEndpointId": "fast-buyer"} if buyers == 1 else {"distribution": {
         "method": "round_robin", "endpoints": [{"deliveryEndpointId": e["deliveryEndpointId"]} for e in endpoints]}}
-    billed = billing != "none"
+    billed = billing != "off"
     if billed:
         delivery["revenueMilestones"] = [{"leadStatus": "delivered", "amount": 1, "currency": "USD"}]
     return {
@@ -127,7 +128,7 @@ def fund(port: int, key: str) -> None:
 
 
 def prepare(work: Path, buyer_port: int, concurrency: int, buyers: int = 1,
-            billing: str = "none") -> tuple[Path, str]:
+            billing: str = "off") -> tuple[Path, str]:
     work.mkdir(parents=True, exist_ok=True)
     config = write_config(work, concurrency)
     appliance_cli(config, "init")
@@ -608,7 +609,7 @@ def latency_phase(args: argparse.Namespace, work: Path, procs: Procs, server_cpu
                         client_cpu)
     config, key = prepare(work, buyer_port, args.worker_concurrency, args.buyers, args.billing)
     app = procs.appliance(config, port, server_cpu, "appliance-a")
-    if args.billing != "none":
+    if args.billing not in ("off", "none"):
         fund(port, key)
     jobs = JobCounter(work / "data" / "appliance.db")
     # sample_lead(n) repeats its phone number every 10,000,000 n: keep the two runs apart within that.
@@ -713,7 +714,7 @@ def throughput_phase(args: argparse.Namespace, work: Path, procs: Procs, server_
     config, key = prepare(work, buyer_port, 0, args.buyers, args.billing)
     _KEY = os.environ["BENCH_DELIVERY_KEY"] = key
     app = procs.appliance(config, port, server_cpu, "appliance-b-load")
-    if args.billing != "none":
+    if args.billing not in ("off", "none"):
         fund(port, key)
     print(f"  (b) pre-loading {args.preload} leads with the delivery worker off...")
     t = time.perf_counter()
@@ -834,8 +835,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--buyers", type=int, default=1,
                         help="endpoints of the campaign: more than 1 delivers through a round-robin distribution")
-    parser.add_argument("--billing", choices=("none", "prepaid", "credit"), default="none",
-                        help="the campaign's client as a record with this billing: each delivery checks its money")
+    parser.add_argument("--billing", choices=("off", "none", "prepaid", "credit"), default="off",
+                        help="the campaign's client as a record with this billing, each sale earning 1 USD off its "
+                             "balance (prepaid, credit: each delivery checks and holds its money first)")
     parser.add_argument("--profile", action="store_true", help="py-spy record the server during each measurement")
     parser.add_argument("--profile-seconds", type=float, default=10.0, help="(b) seconds profiled")
     parser.add_argument("--profile-threads", action="store_true",
