@@ -219,6 +219,60 @@ def test_a_statement_between_dates_opens_and_closes_on_the_balances_around_them(
     assert statement(live, tenant)["closingBalance"] == 60.0
 
 
+def test_a_shared_sale_returned_gives_each_buyer_back_what_it_paid_and_bids_are_held(live, runtime):
+    # b bids 20 and wins a share of every lead; its 25 USD cover one bid, not two.
+    body = auction_bundle([bidder("a", "30", clientId="ca"), bidder("b", "20", clientId="cb")],
+                          auction={"mode": "shared", "maxWinners": 2})
+    body["clients"] = [client("ca", mode="prepaid"), client("cb", mode="prepaid")]
+    tenant = make_tenant(runtime, "T", body)
+    credit(live, tenant, 100, client_id="ca")
+    credit(live, tenant, 25, client_id="cb")
+    first = submit(live, tenant, lead_body("AU1"))["leadId"]
+    wait_for(live, tenant, first, status_is("delivered"))
+    assert wait_until(lambda: lines(live, tenant, "cb")[-1] == ("sale", -20.0, 5.0), 10)
+    second = submit(live, tenant, lead_body("AU1"))["leadId"]
+    wait_for(live, tenant, second, status_is("delivered"))
+    assert wait_until(lambda: lines(live, tenant, "ca")[-1] == ("sale", -30.0, 40.0), 10)
+    assert lines(live, tenant, "cb")[-1] == ("sale", -20.0, 5.0)  # never below what it had
+
+    returned = live.post(f"/api/v1/leads/{first}/return", json={"reason": "wrong number"}, headers=tenant.headers)
+    assert returned.status_code == 200, returned.text
+    assert lines(live, tenant, "ca")[-1] == ("return", 30.0, 70.0)
+    assert lines(live, tenant, "cb")[-1] == ("return", 20.0, 25.0)
+
+
+def test_an_auction_whose_bidders_cannot_pay_their_bids_waits_for_money(live, runtime):
+    body = auction_bundle([bidder("only", "40", clientId="thin")])
+    body["clients"] = [client("thin", mode="prepaid")]
+    tenant = make_tenant(runtime, "T", body)
+    credit(live, tenant, 10, client_id="thin")  # pinged (it has money), but its bid of 40 is not covered
+    lead_id = submit(live, tenant, lead_body("AU1"))["leadId"]
+    waiting = wait_for(live, tenant, lead_id, status_is("queued", "failed"))
+    event = last_event(waiting)
+    assert waiting["status"] == "queued" and event["type"] == "balance", event
+    assert "no buyer that bid can pay its bid" in event["reason"] and "thin" in event["reason"]
+    credit(live, tenant, 40, client_id="thin")
+    wait_for(live, tenant, lead_id, status_is("delivered"))
+    assert lines(live, tenant, "thin")[-1] == ("sale", -40.0, 10.0)
+
+
+def test_an_approved_return_or_a_higher_limit_lets_waiting_leads_go(live, runtime):
+    tenant = selling_to(runtime, client(mode="prepaid"))
+    credit(live, tenant, 10)
+    sold = submit(live, tenant, lead_body("BL1"))["leadId"]
+    wait_for(live, tenant, sold, status_is("delivered"))
+    waiting = submit(live, tenant, lead_body("BL1"))["leadId"]
+    wait_for(live, tenant, waiting, status_is("queued"))
+    live.post(f"/api/v1/leads/{sold}/return", json={"reason": "wrong number"}, headers=tenant.headers)
+    wait_for(live, tenant, waiting, status_is("delivered"))  # the return's 10 USD paid for it
+    third = submit(live, tenant, lead_body("BL1"))["leadId"]
+    wait_for(live, tenant, third, status_is("queued"))
+    changed = live.patch("/api/v1/clients/cli-1", json={"billing": {"mode": "credit", "creditLimit": 50}},
+                         headers=tenant.headers)
+    assert changed.status_code == 200, changed.text
+    wait_for(live, tenant, third, status_is("delivered"))
+
+
 @pytest.mark.parametrize("body, field", [
     ({"amount": -5}, "amount"), ({"amount": 0}, "amount"), ({"amount": "ten"}, "amount"), ({}, "amount"),
     ({"amount": 10, "note": "x" * 501}, "note"), ({"amount": 2_000_000_000}, "amount")])
@@ -231,6 +285,18 @@ def test_a_bad_credit_is_refused_naming_the_field_and_changes_nothing(live, runt
     assert lines(live, tenant) == []
 
 
+@pytest.mark.parametrize("query", [{"endDate": "0001-01-01"}, {"endDate": "9999-12-31"},
+                                   {"startDate": "0001-01-01", "endDate": "9999-12-31"}])
+def test_a_statement_at_the_ends_of_time_answers(live, runtime, query):
+    tenant = selling_to(runtime, client(mode="prepaid"))
+    credit(live, tenant, 10)
+    shown = statement(live, tenant, **query)
+    assert shown["closingBalance"] == (0.0 if query.get("endDate") == "0001-01-01" else 10.0)
+    sign_in_as(live, add_person(live, tenant, "buyer", clientId="cli-1"), expect_location="/portal")
+    page = live.get("/portal/statement", params=query)
+    assert page.status_code == 200, page.text[:300]
+
+
 def test_an_unknown_client_s_credit_or_statement_is_not_found(live, runtime):
     tenant = selling_to(runtime, client(mode="prepaid"))
     assert credit(live, tenant, 10, client_id="nobody", expect=404)["code"] == "NOT_FOUND"
@@ -239,7 +305,8 @@ def test_an_unknown_client_s_credit_or_statement_is_not_found(live, runtime):
 
 @pytest.mark.parametrize("query, says", [
     ({"startDate": "yesterday"}, "startDate"), ({"endDate": "2026-13-01"}, "endDate"),
-    ({"startDate": "2026-03-10", "endDate": "2026-03-01"}, "endDate: must not be before startDate")])
+    ({"startDate": "2026-03-10", "endDate": "2026-03-01"}, "endDate: must not be before startDate"),
+    ({"startDate": "2999-01-01"}, "endDate: must not be before startDate")])
 def test_a_bad_statement_range_is_refused_naming_the_field(live, runtime, query, says):
     tenant = selling_to(runtime, client(mode="prepaid"))
     answer = live.get("/api/v1/clients/cli-1/statement", params=query, headers=tenant.headers)

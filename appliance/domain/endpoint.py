@@ -162,6 +162,9 @@ class HealthPolicy(Model):
             invalid("pauseAfterConsecutiveFailures", "must be between 0 (never) and 1000000")
 
 
+TEST_ADAPTERS = ("http", "demo")  # the adapters that post a test lead to `testUrl`, never elsewhere
+
+
 class DeliveryEndpoint(Model):
     delivery_endpoint_id: str
     adapter: str = "http"  # built-in http, or a plugin adapter's name
@@ -196,6 +199,9 @@ class DeliveryEndpoint(Model):
             invalid("url", "required for the http adapter")
         check_http_url("url", self.url)
         check_http_url("testUrl", self.test_url)
+        if self.test_url and self.adapter not in TEST_ADAPTERS:
+            # A plugin adapter may post where its own settings say: a test lead would reach the buyer.
+            invalid("testUrl", f"only the built-in {' and '.join(TEST_ADAPTERS)} adapters post to a test address")
         if self.test_url and _carries_credentials(self.test_url):
             invalid("testUrl", "must not carry credentials (a test post is sent with the endpoint's auth and headers)")
         for name, value in self.headers.items():

@@ -62,17 +62,28 @@ def return_milestone(submission_id: str, currency: str) -> str:
     return f"return:{submission_id}:{currency}"
 
 
-def reversal_lines(revenue: Iterable[tuple[float, str]], *, submission_id: str, campaign_id: str | None,
+Revenue = tuple[float, str, str | None, str | None]  # amount, currency, client charged, endpoint sold through
+
+
+def reversal_lines(revenue: Iterable[Revenue], *, submission_id: str, campaign_id: str | None,
                    client_id: str | None, source_id: str | None,
                    delivery_endpoint_id: str | None) -> list[LedgerLine]:
-    """One `return` line per currency of the delivered `revenue` ((amount, currency) pairs), for
-    minus the sum, currencies in the order they first appear. Nothing when there was no revenue."""
-    sums: dict[str, float] = {}
-    for amount, currency in revenue:
-        sums[currency] = sums.get(currency, 0.0) + float(amount)
-    return [LedgerLine("return", return_milestone(submission_id, currency), RETURNED, -total, currency,
-                       campaign_id, client_id, source_id, delivery_endpoint_id)
-            for currency, total in sums.items()]
+    """One `return` line per currency and buyer of the delivered `revenue`, for minus the sum,
+    each to the client and endpoint its revenue was charged to (`client_id` and
+    `delivery_endpoint_id` stand in for an entry that names none): a lead sold to several buyers
+    gives each its own money back. Lines in the order their revenue first appears; nothing when
+    there was no revenue. A currency's first buyer keeps the plain milestone identity."""
+    sums: dict[tuple[str, str | None, str | None], float] = {}
+    for amount, currency, client, endpoint in revenue:
+        key = (currency, client or client_id, endpoint or delivery_endpoint_id)
+        sums[key] = sums.get(key, 0.0) + float(amount)
+    lines, seen = [], set()
+    for (currency, client, endpoint), total in sums.items():
+        milestone = return_milestone(submission_id, currency) + (f":{endpoint}" if currency in seen else "")
+        seen.add(currency)
+        lines.append(LedgerLine("return", milestone, RETURNED, -total, currency, campaign_id, client, source_id,
+                                endpoint))
+    return lines
 
 
 def request_refusal(policy: ReturnPolicy, delivered_at: datetime, now: datetime, sold: int, requested: int) -> str | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from datetime import date, timedelta
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlencode
@@ -24,6 +24,7 @@ from litestar.response import Redirect, Stream, Template
 from litestar.template import TemplateConfig
 from markupsafe import Markup
 
+from appliance.api import audit as audit_api
 from appliance.api.auth import PING_PATH, SUBMIT_PATH
 from appliance.api.io import query_str
 from appliance.api.leads import MAX_SEARCH, search_filter
@@ -265,11 +266,8 @@ async def statement_page(request: Request) -> Template:
     """The client's balance entries between two dates (UTC days, both included; by default the
     last 30 days)."""
     party = _party(request)
-    start_day, end_day = _day(request, "startDate"), _day(request, "endDate")
-    if start_day and end_day and end_day < start_day:
-        raise ValidationFailed(["endDate: must not be before startDate"])
-    start = f"{start_day.isoformat()}T00:00:00.000Z" if start_day else None
-    end = f"{(end_day + timedelta(days=1)).isoformat()}T00:00:00.000Z" if end_day else None
+    _day(request, "startDate"), _day(request, "endDate")  # the form's fields are dates
+    start, end = audit_api.date_range(request)
     try:
         shown = await asyncio.to_thread(balances.statement, request.app.state.runtime, party.tenant_id,
                                         party.client_id, start, end)

@@ -23,7 +23,7 @@ from appliance.domain.campaign import Campaign
 from appliance.domain.client import MAX_MONEY, ClientRecord
 from appliance.domain.ledger import LedgerLine, expected_sale
 from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, lane_of, subscribed
-from appliance.errors import NotFound
+from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.services import audit
@@ -32,6 +32,7 @@ from appliance.storage import CLIENTS, NewEvents, Session
 
 LOW_BALANCE = "client.low_balance"
 STATEMENT_DAYS = 30  # a statement without dates: the last 30 days
+EARLIEST = "0001-01-01T00:00:00.000Z"
 
 
 class CreditBody(Model):
@@ -67,6 +68,8 @@ def follow_ledger(tx: Session, settings: TenantSettings, tenant_id: str, lead_id
             continue
         kind = "sale" if line.kind == "revenue" else "return"
         entry(tx, settings, tenant_id, client, kind, -line.amount, at, lead_id=lead_id)
+        if kind == "return":
+            release_waiting(tx, settings, tenant_id, client.client_id, at)
 
 
 # ---- before a sale: may the client buy it? ------------------------------------------------------
@@ -112,21 +115,25 @@ def endpoints_charged_to(settings: TenantSettings, client_id: str) -> set[str]:
     return charged
 
 
+def release_waiting(tx: Session, settings: TenantSettings, tenant_id: str, client_id: str, now: str) -> None:
+    """Money came in: the leads waiting for a buyer of this client are tried again at once."""
+    for endpoint_id in sorted(endpoints_charged_to(settings, client_id)):
+        tx.jobs.release_paused(tenant_id, endpoint_id, now)
+
+
 # ---- the API ------------------------------------------------------------------------------------
 
 async def credit(runtime: Runtime, settings: TenantSettings, tenant_id: str, actor: str, client_id: str,
                  body: CreditBody) -> BalanceLine:
     """Funds added: the entry, with the balance after it. Leads waiting for a buyer of this
     client (paused for its money) are tried again at once."""
-    now = iso(runtime.clock.now())
-
     def unit(tx: Session) -> BalanceLine:
+        now = iso(runtime.clock.now())  # taken in the unit: entries' times follow their order
         client = tx.catalog.get_doc(CLIENTS, tenant_id, client_id)
         if client is None:
             raise NotFound()
         line = entry(tx, settings, tenant_id, client, "credit", body.amount, now, note=body.note)
-        for endpoint_id in sorted(endpoints_charged_to(settings, client_id)):
-            tx.jobs.release_paused(tenant_id, endpoint_id, now)
+        release_waiting(tx, settings, tenant_id, client_id, now)
         audit.record(tx, tenant_id, actor, "client.credit", client_id, now,
                      after={"amount": body.amount, "note": body.note, "balance": line.balance})
         return line
@@ -137,9 +144,14 @@ async def credit(runtime: Runtime, settings: TenantSettings, tenant_id: str, act
 def statement(runtime: Runtime, tenant_id: str, client_id: str, start: str | None, end: str | None) -> Statement:
     """The client's entries with `start` <= at < `end` (timestamps; by default the last 30
     days), oldest first, between the balance before the first and after the last."""
-    now = runtime.clock.now()
-    end = end or iso(now + timedelta(milliseconds=1))
-    start = start or iso(datetime.fromisoformat(end) - timedelta(days=STATEMENT_DAYS))
+    end = end or iso(runtime.clock.now() + timedelta(milliseconds=1))
+    if start is None:
+        try:
+            start = iso(datetime.fromisoformat(end) - timedelta(days=STATEMENT_DAYS))
+        except OverflowError:  # an end in the first days of year 1: from the start of time
+            start = EARLIEST
+    if start >= end:
+        raise ValidationFailed(["endDate: must not be before startDate (by default the end is now)"])
     tx = runtime.store.reader()
     with tx:
         client = tx.catalog.get_doc(CLIENTS, tenant_id, client_id)

@@ -14,8 +14,8 @@ from datetime import datetime, timedelta
 import msgspec
 
 from appliance.clock import Clock, iso
-from appliance.domain.auction import AuctionRecord, Bid, expired, ranked, standing, summary
-from appliance.domain.campaign import Auction, Campaign, Distribution, DistributionEndpoint
+from appliance.domain.auction import AuctionRecord, Bid, expired, ranked, sale_of, standing, summary
+from appliance.domain.campaign import Auction, Campaign, Distribution, DistributionEndpoint, sells_at_auction
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked
 from appliance.domain.delivery_target import endpoint_override
 from appliance.domain.distribution import EndpointGate, endpoint_gate, full, rotate, rotates, untried, waterfall
@@ -135,7 +135,7 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
             settle(tx, clock, attempt, None, "failed", f"no delivery endpoint of the distribution is left to try"
                    f" (tried: {tried})", job_state="done", event_kind="distribution_exhausted")
             return None
-    open_entries, blocks, unfunded = [], [], 0
+    open_entries, blocks, unfunded = [], [], []
     funds = _Funds(tx, attempt, campaign)
     for entry in entries:
         if tx.endpoints.is_paused(tenant_id, entry.delivery_endpoint_id):
@@ -145,7 +145,7 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         if blocked is not None:
             blocks.append(blocked)
         elif funds.short(entry.delivery_endpoint_id):
-            unfunded += 1
+            unfunded.append(attempt.settings.client_of(entry.delivery_endpoint_id, campaign))
         else:
             open_entries.append((entry, gate))
     if not open_entries:
@@ -156,7 +156,8 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
             settle(tx, clock, attempt, None, "queued", f"{first.reason}; released at {iso(first.release_at)}",
                    job_state=None, event_kind="queued")
         elif unfunded:
-            wait_for_funds(tx, clock, attempt, entries[0].delivery_endpoint_id if entries is pinned else None)
+            wait_for_funds(tx, clock, attempt, entries[0].delivery_endpoint_id if entries is pinned else None,
+                           clients=sorted(set(unfunded)))
         else:
             park(tx, clock, attempt, entries[0].delivery_endpoint_id if entries is pinned else None, attempted=False)
         return None
@@ -172,17 +173,28 @@ def choose_endpoint(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
     return chosen.delivery_endpoint_id
 
 
+_UNREAD = object()  # the submission's latest auction round, not read yet
+
+
 class _Funds:
     """Whether the clients of a lead's buyers can pay for it, in the transaction that chooses the
     buyer; the chosen one's client, when its billing limits what it buys, holds the sale's amount."""
 
-    __slots__ = ("_attempt", "_campaign", "_tx", "_amounts")
+    __slots__ = ("_attempt", "_campaign", "_tx", "_amounts", "_round")
 
     def __init__(self, tx: Session, attempt: Attempt, campaign: Campaign) -> None:
         self._tx, self._attempt, self._campaign = tx, attempt, campaign
         self._amounts: dict[str, float] = {}  # by client: what the sale would charge it
+        self._round: AuctionRecord | None | object = _UNREAD
 
-    def _amount(self, client: ClientRecord, bid: float | None) -> float:
+    def _amount(self, client: ClientRecord, endpoint_id: str, bid: float | None) -> float:
+        if bid is None and sells_at_auction(self._campaign):
+            # A won bid's post (retried, resumed, or a shared sale's other buyer) books the bid.
+            if self._round is _UNREAD:
+                job = self._attempt.job
+                self._round = self._tx.auctions.latest_of_submission(job.tenant_id, job.submission_id)
+            sale = sale_of(self._round, endpoint_id)  # type: ignore[arg-type]
+            bid = sale.bid if sale is not None else None
         if bid is not None:
             return bid
         if client.client_id not in self._amounts:
@@ -194,12 +206,13 @@ class _Funds:
     def short(self, endpoint_id: str, bid: float | None = None, extra: float = 0) -> bool:
         client = self._attempt.settings.billed(endpoint_id, self._campaign)
         return client is not None and balances.short_of_funds(
-            self._tx, self._attempt.job.tenant_id, client, self._amount(client, bid) + extra, self._attempt.job.job_id)
+            self._tx, self._attempt.job.tenant_id, client, self._amount(client, endpoint_id, bid) + extra,
+            self._attempt.job.job_id)
 
     def hold(self, endpoint_id: str, bid: float | None = None) -> None:
         client = self._attempt.settings.billed(endpoint_id, self._campaign)
         if client is not None:
-            balances.hold(self._tx, self._attempt.job.job_id, client, self._amount(client, bid))
+            balances.hold(self._tx, self._attempt.job.job_id, client, self._amount(client, endpoint_id, bid))
 
 
 def hold_or_wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign, endpoint_id: str,
@@ -215,15 +228,20 @@ def hold_or_wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, campaign
     return True
 
 
-def wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, endpoint_id: str | None) -> None:
-    """The lead waits, as for a paused buyer, until a credit to the client lets it go."""
+def wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, endpoint_id: str | None, *,
+                   clients: list[str] | None = None, said: str | None = None, details: dict | None = None) -> None:
+    """The lead waits, as for a paused buyer, until money comes to the client (a credit, a
+    return, a higher limit). `clients`: those that cannot pay, named in the reason."""
     job = attempt.job
-    waits_for = (f"the client of delivery endpoint {endpoint_id}" if endpoint_id else
-                 "every client of the delivery endpoints left for the lead") + \
-        " cannot cover the sale (balance)"
+    if endpoint_id is not None:
+        waits_for = f"the client of delivery endpoint {endpoint_id}"
+    else:
+        waits_for = "the clients of the buyers left for the lead" + (f" ({', '.join(clients)})" if clients else "")
+    waits_for += " cannot cover the sale (balance)"
     if tx.jobs.park(job.tenant_id, job.job_id, endpoint_id, iso(clock.now()), waits_for, attempted=False):
-        settle(tx, clock, attempt, None, "queued", f"{waits_for}; the lead waits for a credit", job_state=None,
-               event_kind="balance", details={"deliveryEndpointId": endpoint_id})
+        settle(tx, clock, attempt, None, "queued", f"{said + '; ' if said else ''}{waits_for}; the lead waits for"
+               " money", job_state=None, event_kind="balance",
+               details=details or {"deliveryEndpointId": endpoint_id, "clientIds": clients})
 
 
 def park(tx: Session, clock: Clock, attempt: Attempt, endpoint_id: str | None, *, attempted: bool,
@@ -294,6 +312,7 @@ class AuctionField:
     skipped: list[Bid]
     blocks: list[Blocked]  # the limits and schedules that left buyers out, for when nobody is left
     paused: int  # buyers left out because they are paused
+    unfunded: list[str]  # the clients left out because they cannot pay
 
 
 def auction_field(tx: Session, settings: TenantSettings, tenant_id: str, campaign: Campaign,
@@ -308,7 +327,7 @@ def auction_field(tx: Session, settings: TenantSettings, tenant_id: str, campaig
     asked: list[DistributionEndpoint] = []
     skipped: list[Bid] = []
     blocks: list[Blocked] = []
-    paused = 0
+    paused, unfunded = 0, []
     paused_now = tx.endpoints.paused_ids(tenant_id)
     for entry in waterfall(distribution):
         endpoint_id = entry.delivery_endpoint_id
@@ -327,11 +346,11 @@ def auction_field(tx: Session, settings: TenantSettings, tenant_id: str, campaig
             continue
         client = settings.billed(endpoint_id, campaign)
         if client is not None and not balances.may_be_pinged(tx, tenant_id, client, floor):
-            paused += 1  # like a paused buyer: the lead waits for it (a credit lets it go)
+            unfunded.append(client.client_id)  # like a paused buyer: the lead may wait for its money
             skipped.append(Bid(delivery_endpoint_id=endpoint_id, outcome="skipped", reason="balance"))
             continue
         asked.append(entry)
-    return AuctionField(asked, skipped, blocks, paused)
+    return AuctionField(asked, skipped, blocks, paused, unfunded)
 
 
 def nobody_to_ask(tx: Session, clock: Clock, attempt: Attempt, field: AuctionField) -> None:
@@ -346,6 +365,8 @@ def nobody_to_ask(tx: Session, clock: Clock, attempt: Attempt, field: AuctionFie
                job_state=None, event_kind="queued")
     elif field.paused:
         park(tx, clock, attempt, None, attempted=False)
+    elif field.unfunded:
+        wait_for_funds(tx, clock, attempt, None, clients=sorted(set(field.unfunded)))
     else:
         settle(tx, clock, attempt, None, "failed", "no buyer of the auction takes this lead (each one's filter)",
                job_state="done", event_kind="distribution_exhausted")
@@ -368,8 +389,9 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         bids = standing(record, (), attempt.now)
         bids = [b for b in bids if b.delivery_endpoint_id in record.winners] + \
             [b for b in bids if b.delivery_endpoint_id not in record.winners]
+    unfunded: list[str] = []
     winners = take_room(tx, attempt.settings, job.tenant_id, attempt.now, campaign, distribution, bids, count,
-                        job.job_id)
+                        job.job_id, unfunded)
     record = msgspec.structs.replace(record, winners=[w for w, _ in winners])
     if pinged:
         tx.auctions.update(job.tenant_id, record)
@@ -382,6 +404,10 @@ def sell_at_auction(tx: Session, clock: Clock, attempt: Attempt, campaign: Campa
         why = "its bids expired" if expired(record, attempt.now) else "no buyer that bid has room now"
         settle(tx, clock, attempt, None, "failed", f"auction: the ping's round cannot be sold ({why}; {said})",
                job_state="done", event_kind="auction", details=details)
+        return STOPPED, record
+    if not winners and unfunded:  # bids stood, but no bidder can pay: the lead waits for money
+        wait_for_funds(tx, clock, attempt, None, clients=sorted(set(unfunded)),
+                       said=f"auction: no buyer that bid can pay its bid ({said})", details=details)
         return STOPPED, record
     if not winners:
         tx.jobs.release_reservations(job.tenant_id, job.job_id)
@@ -444,10 +470,11 @@ def standing_bids_left(tx: Session, attempt: Attempt, tried: tuple[str, ...]) ->
 
 def take_room(tx: Session, settings: TenantSettings, tenant_id: str, now: datetime, campaign: Campaign,
               distribution: Distribution, bids: list[Bid], count: int,
-              job_id: int | None = None) -> list[tuple[str, EndpointGate]]:
+              job_id: int | None = None, unfunded: list[str] | None = None) -> list[tuple[str, EndpointGate]]:
     """The first `count` bidders, best first, that are still in the distribution, not paused,
     with room under their own limits and schedule and whose client's money covers the bid (read
-    again in this transaction). `job_id`: the job that posts to the first, which holds its bid."""
+    again in this transaction). `job_id`: the job that posts to the first, which holds its bid;
+    `unfunded` gets the clients of the bids passed over for money."""
     entries = {e.delivery_endpoint_id: e for e in distribution.endpoints if e.active}
     taken: list[tuple[str, EndpointGate]] = []
     spent: dict[str, float] = {}  # by client: the bids of this round's winners so far
@@ -462,6 +489,8 @@ def take_room(tx: Session, settings: TenantSettings, tenant_id: str, now: dateti
         amount = float(bid.bid or 0)
         if client is not None:
             if balances.short_of_funds(tx, tenant_id, client, amount + spent.get(client.client_id, 0), job_id):
+                if unfunded is not None:
+                    unfunded.append(client.client_id)
                 continue
             if job_id is not None and not taken:
                 balances.hold(tx, job_id, client, amount)

@@ -81,6 +81,8 @@ async def change(runtime: Runtime, tenant_id: str, actor: str, client_id: str, b
             raise ValidationFailed([describe_validation_error(exc)]) from None
         tx.catalog.upsert_doc(CLIENTS, tenant_id, client_id, changed, now)
         tx.tenants.bump_config_rev(tenant_id)
+        if changed.billing != stored.billing:  # a higher limit, or no limit: waiting leads may go now
+            tx.jobs.release_paused(tenant_id, None, now)
         after = tx.catalog.get_doc(CLIENTS, tenant_id, client_id)
         if _shown(after) != _shown(stored):
             audit.record(tx, tenant_id, actor, "client.update", client_id, now, before=_shown(stored),

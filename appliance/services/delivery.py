@@ -21,7 +21,7 @@ from appliance.domain.auction import AuctionRecord, Sale, expired, sale_of
 from appliance.domain.campaign import Auction, Campaign, sells_at_auction
 from appliance.domain.constraints import campaigns_in_reach, limit_checks, schedule_blocked
 from appliance.domain.delivery_target import endpoint_override
-from appliance.domain.distribution import waterfall
+from appliance.domain.distribution import untried
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.domain.lead import JourneyError
 from appliance.domain.rules import qualify
@@ -168,8 +168,10 @@ class Deliveries:
         distribution = campaign.delivery.distribution
         if named or distribution is None:
             candidates = [named or campaign.delivery.delivery_endpoint_id]
-        else:
-            candidates = [e.delivery_endpoint_id for e in waterfall(distribution) if e.active]
+        else:  # the buyers whose filters take the lead, in the distribution's order
+            candidates = [e.delivery_endpoint_id for e in untried(
+                distribution, (), facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+                today=attempt.now.date())]
         for endpoint_id in candidates:
             opened = self.endpoints.get(job.tenant_id, attempt.settings.rev, endpoint_id) if endpoint_id else None
             if opened is not None and opened.endpoint.test_url and endpoint_id not in job.tried:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -178,11 +179,14 @@ CSV_COLUMNS = ("leadId", "soldAt", "price", "currency", "status", "firstName", "
                "street", "city", "state", "zip", "dateOfBirth", "country", "answers")
 
 
+_PHONE = re.compile(r"\+[0-9]{6,15}")  # an E.164 number: not a formula, and a CRM wants it as it is
+
+
 def _cell(value: object) -> object:
     """Text a spreadsheet would run as a formula is written as text; numbers stay numbers."""
     if value is None:
         return ""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") and not _PHONE.fullmatch(value):
         return "'" + value
     return value
 

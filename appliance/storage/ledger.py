@@ -156,8 +156,10 @@ class Ledger:
             "SELECT count(DISTINCT submission_id) FROM ledger_entries WHERE tenant_id = ? AND client_id = ?"
             " AND created_at >= ? AND kind = 'revenue'", (tenant_id, client_id, since)).fetchone()[0]
 
-    def delivered_revenue(self, tenant_id: str, submission_id: str) -> list[tuple[float, str]]:
-        """(amount, currency) of the revenue a submission earned on delivery."""
+    def delivered_revenue(self, tenant_id: str, submission_id: str) -> list[tuple[float, str, str | None, str | None]]:
+        """(amount, currency, clientId, deliveryEndpointId) of the revenue a submission earned on
+        delivery, oldest first."""
         return self._conn.execute(
-            "SELECT amount, currency FROM ledger_entries WHERE tenant_id = ? AND submission_id = ?"
-            " AND kind = 'revenue' AND lead_status = 'delivered'", (tenant_id, submission_id)).fetchall()
+            "SELECT amount, currency, client_id, delivery_endpoint_id FROM ledger_entries WHERE tenant_id = ?"
+            " AND submission_id = ? AND kind = 'revenue' AND lead_status = 'delivered' ORDER BY entry_id",
+            (tenant_id, submission_id)).fetchall()

@@ -50,11 +50,21 @@ def test_the_status_is_checked_before_the_window():
 
 
 def test_reversal_is_one_negative_line_per_currency():
-    lines = reversal_lines([(10.0, "USD"), (2.5, "USD"), (7.0, "EUR")], submission_id="sub_1",
-                           campaign_id="C1", client_id="cli", source_id="web", delivery_endpoint_id="ep")
+    lines = reversal_lines([(10.0, "USD", None, None), (2.5, "USD", None, None), (7.0, "EUR", None, None)],
+                           submission_id="sub_1", campaign_id="C1", client_id="cli", source_id="web",
+                           delivery_endpoint_id="ep")
     assert lines == [
         LedgerLine("return", "return:sub_1:USD", "returned", -12.5, "USD", "C1", "cli", "web", "ep"),
         LedgerLine("return", "return:sub_1:EUR", "returned", -7.0, "EUR", "C1", "cli", "web", "ep"),
+    ]
+
+
+def test_a_lead_sold_to_several_buyers_gives_each_its_own_money_back():
+    lines = reversal_lines([(30.0, "USD", "cli-a", "a"), (20.0, "USD", "cli-b", "b")], submission_id="sub_1",
+                           campaign_id="C1", client_id="campaign-client", source_id=None, delivery_endpoint_id="b")
+    assert lines == [
+        LedgerLine("return", "return:sub_1:USD", "returned", -30.0, "USD", "C1", "cli-a", None, "a"),
+        LedgerLine("return", "return:sub_1:USD:b", "returned", -20.0, "USD", "C1", "cli-b", None, "b"),
     ]
 
 
