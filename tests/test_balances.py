@@ -234,6 +234,11 @@ def test_a_shared_sale_returned_gives_each_buyer_back_what_it_paid_and_bids_are_
     wait_for(live, tenant, second, status_is("delivered"))
     assert wait_until(lambda: lines(live, tenant, "ca")[-1] == ("sale", -30.0, 40.0), 10)
     assert lines(live, tenant, "cb")[-1] == ("sale", -20.0, 5.0)  # never below what it had
+    # Each buyer's portal page of a shared lead: no buyer's lead id (the last post's answer may be another's).
+    sign_in_as(live, add_person(live, tenant, "buyer", clientId="cb"), expect_location="/portal")
+    page = live.get(f"/portal/leads/{first}")
+    assert page.status_code == 200 and first in page.text and "buyer-1" not in page.text
+    live.cookies.clear()
 
     returned = live.post(f"/api/v1/leads/{first}/return", json={"reason": "wrong number"}, headers=tenant.headers)
     assert returned.status_code == 200, returned.text

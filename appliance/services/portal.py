@@ -151,7 +151,13 @@ def bought_lead(runtime: Runtime, tenant_id: str, client_id: str, lead_id: str) 
 
 
 def _delivery(sale: Sale, submission: Submission | None) -> Delivery:
+    """The submission keeps the answer of its last post only: a lead sold to several buyers (a
+    shared auction) shows each buyer its sale's time and no buyer's lead id, which may be another's."""
     delivery = submission.delivery if submission is not None else None
+    buyers = {(e.details or {}).get("deliveryEndpointId") for e in submission.journey_events
+              if e.type == "delivered"} if submission is not None else set()
+    if len(buyers) > 1:
+        return Delivery(sale, sale.sold_at, None)
     return Delivery(sale, delivery.delivered_at if delivery else None,
                     submission.client_lead_id if submission is not None else None)
 
