@@ -19,7 +19,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 from urllib.parse import urlencode
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,7 +31,7 @@ from appliance.config import load_config
 from appliance.runtime import create_runtime
 from bench.people import person, sign_in_page
 from bench.report import timed
-from bench.volume import checkpoint, generate, setup
+from bench.volume import volume_database
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_MS = 200.0
@@ -47,20 +46,7 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "console.json")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="appliance-console-"))
-    work.mkdir(parents=True, exist_ok=True)
-    runtime, tenant_id, _ = setup(work)
-    meta = work / "build.json"
-    if args.reuse and meta.exists():
-        build = json.loads(meta.read_text())
-        print(f"reusing {build['leads']:,} leads in {work}")
-    else:
-        print(f"writing {args.leads:,} leads to {work} ...", flush=True)
-        build = generate(runtime, tenant_id, args.leads, args.batch)
-        build["leads"] = args.leads
-        checkpoint(runtime)
-        meta.write_text(json.dumps(build))
-    runtime.close()
+    work, tenant_id, build = volume_database(args.work, "appliance-console-", args.leads, args.batch, args.reuse)
     runtime = create_runtime(load_config(work / "appliance.toml"))  # a fresh store: empty SQLite cache
     probes = build["probes"]
     lead_id = runtime.store.sqlite.reader().execute("SELECT lead_id FROM leads WHERE email = ?",

@@ -20,7 +20,6 @@ import os
 import platform
 import re
 import sys
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from appliance.runtime import create_runtime
 from appliance.services import users
 from bench.campaigns_list import build_bundle
 from bench.report import timed
-from bench.volume import checkpoint, generate, setup
+from bench.volume import volume_database
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PAGE_MS, EXPORT_MS = 200.0, 2000.0
@@ -100,26 +99,17 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "portal.json")
     args = parser.parse_args()
-    work = args.work or Path(tempfile.mkdtemp(prefix="appliance-portal-"))
-    work.mkdir(parents=True, exist_ok=True)
-    runtime, tenant_id, _ = setup(work, tenant_bundle=bundle())
-    meta = work / "build.json"
-    if args.reuse and meta.exists():
-        build = json.loads(meta.read_text())
-        print(f"reusing {build['leads']:,} leads in {work}")
-    else:
-        print(f"writing {args.leads:,} leads to {work} ...", flush=True)
-        build = generate(runtime, tenant_id, args.leads, args.batch)
-        build["leads"] = args.leads
-        build["sales"] = {BIG: sell(runtime, tenant_id, BIG, args.big_sales, max(1, args.leads // args.big_sales), 0),
-                          SMALL: sell(runtime, tenant_id, SMALL, SMALL_SALES, max(1, args.leads // SMALL_SALES), 1)}
-        checkpoint(runtime)
-        meta.write_text(json.dumps(build))
+    def sales(runtime, tenant_id: str) -> dict:
+        return {"sales": {
+            BIG: sell(runtime, tenant_id, BIG, args.big_sales, max(1, args.leads // args.big_sales), 0),
+            SMALL: sell(runtime, tenant_id, SMALL, SMALL_SALES, max(1, args.leads // SMALL_SALES), 1)}}
+
+    work, tenant_id, build = volume_database(args.work, "appliance-portal-", args.leads, args.batch, args.reuse,
+                                             bundle(), sales)
+    runtime = create_runtime(load_config(work / "appliance.toml"))  # a fresh store: empty SQLite cache
     person(runtime, tenant_id, "big@buyer.example.com", "buyer", client_id=BIG)
     person(runtime, tenant_id, "small@buyer.example.com", "buyer", client_id=SMALL)
     person(runtime, tenant_id, "web@supplier.example.com", "supplier", supplier_id=SUPPLIER)
-    runtime.close()
-    runtime = create_runtime(load_config(work / "appliance.toml"))  # a fresh store: empty SQLite cache
     conn = runtime.store.sqlite.reader()
     (sold,) = conn.execute("SELECT lead_id FROM ledger_entries WHERE tenant_id = ? AND client_id = ? AND"
                            " kind = 'revenue' ORDER BY created_at DESC LIMIT 1 OFFSET 500", (tenant_id, BIG)).fetchone()

@@ -35,6 +35,7 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -340,6 +341,32 @@ def generate(runtime: Runtime, tenant_id: str, n: int, batch: int, seed: int = 1
     probes["rareClient"], probes["bigClient"] = clients[0][0], clients[-1][0]
     probes["clientCounts"] = dict([clients[0], clients[-1]])
     return {"seconds": round(seconds, 1), "leadsPerSecond": round(n / seconds), "probes": probes}
+
+
+def volume_database(work: Path | None, prefix: str, leads: int, batch: int, reuse: bool,
+                    tenant_bundle: dict | None = None,
+                    extra: Callable[[Runtime, str], dict[str, Any]] | None = None) -> tuple[Path, str, dict[str, Any]]:
+    """A database of `leads` generated leads in `work` (a new temporary folder when None), or,
+    with `reuse`, the one built there before; `extra` adds to a new one (its answer goes into the
+    build's summary). Answers (the folder, the tenant, the summary); the store is closed, so a
+    bench opens a fresh one (an empty SQLite cache) to time its reads."""
+    work = work or Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=True)
+    runtime, tenant_id, _ = setup(work, tenant_bundle=tenant_bundle)
+    meta = work / "build.json"
+    if reuse and meta.exists():
+        build = json.loads(meta.read_text())
+        print(f"reusing {build['leads']:,} leads in {work}")
+    else:
+        print(f"writing {leads:,} leads to {work} ...", flush=True)
+        build = generate(runtime, tenant_id, leads, batch)
+        build["leads"] = leads
+        if extra is not None:
+            build.update(extra(runtime, tenant_id))
+        checkpoint(runtime)
+        meta.write_text(json.dumps(build))
+    runtime.close()
+    return work, tenant_id, build
 
 
 def checkpoint(runtime: Runtime) -> None:

@@ -6,37 +6,21 @@ statements carry the running balance; `client.low_balance` goes out once per cro
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
-from litestar.testing import TestClient
 from standardwebhooks.webhooks import Webhook as Verifier
 
-from appliance.runtime import Runtime
 from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.people import add_person, sign_in_as
 from tests.submit_support import FakeClock, clock  # noqa: F401 (the clock fixture)
 from tests.test_auctions import auctions, bidder, bundle as auction_bundle, reasons
-from tests.worker_helpers import endpoint, lead_body, lead_of, live_app, status_is, submit, wait_for
+from tests.test_auctions import config_file, live  # noqa: F401 (fixtures: buyers on loopback, the app running)
+from tests.worker_helpers import endpoint, lead_body, lead_of, status_is, submit, wait_for
 
 SALE = [{"leadStatus": "delivered", "amount": 10, "currency": "USD"}]
-
-
-@pytest.fixture
-def config_file(config_file: Path) -> Path:
-    with config_file.open("a") as f:  # the webhook receiver is on loopback
-        f.write("\n[delivery]\nallow_private_addresses = true\n")
-    return config_file
-
-
-@pytest.fixture
-def live(runtime: Runtime, clock: FakeClock, tmp_path) -> Iterator[TestClient]:
-    with live_app(runtime, tmp_path) as client:
-        yield client
 
 
 def client(client_id: str = "cli-1", **billing) -> dict:

@@ -8,33 +8,18 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from types import SimpleNamespace
-from pathlib import Path
 
 import pytest
-from litestar.testing import TestClient
 
-from appliance.runtime import Runtime
 from tests.buyer_server import BuyerServer
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.submit_support import FakeClock, clock, source_key  # noqa: F401 (the clock fixture)
-from tests.worker_helpers import lead_body, live_app, status_is, submit, wait_for
+from tests.test_auctions import config_file, live  # noqa: F401 (fixtures: buyers on loopback, the app running)
+from tests.worker_helpers import lead_body, status_is, submit, wait_for
 
 MONEY = {"revenueMilestones": [{"leadStatus": "delivered", "amount": 10, "currency": "USD"}]}
 COST = [{"sourceId": "web", "costMilestones": [{"leadStatus": "lead_ingested", "amount": 2}]}]
-
-
-@pytest.fixture
-def config_file(config_file: Path) -> Path:
-    with config_file.open("a") as f:  # the buyer is on loopback
-        f.write("\n[delivery]\nallow_private_addresses = true\n")
-    return config_file
-
-
-@pytest.fixture
-def live(runtime: Runtime, clock: FakeClock, tmp_path) -> Iterator[TestClient]:
-    with live_app(runtime, tmp_path) as client:
-        yield client
 
 
 @pytest.fixture

@@ -86,7 +86,3 @@ def crossed_low(billing: Billing, before: float, now: float) -> bool:
 def with_balance(client: ClientRecord, balance: float, held: float) -> ClientBalance:
     return ClientBalance(client_id=client.client_id, name=client.name, active=client.active, billing=client.billing,
                          balance=balance, available=spendable(client.billing, balance, held))
-
-
-def refusal_reason(client_id: str, amount: float, currency: str) -> str:
-    return f"balance: client {client_id} cannot cover a sale of {amount:g} {currency}"

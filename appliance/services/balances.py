@@ -2,7 +2,7 @@
 transaction of what caused it: a sale with the ledger's revenue (`follow_ledger`, from
 services/ledger.earn), a return with its reversal, a credit by itself (`credit`). A delivery to a
 client whose billing limits what it buys takes a hold for the sale in the write transaction that
-chooses its buyer (`short_of_funds`, then `hold`): the writes of a store run one at a time, so two
+chooses its buyer (`short_of_funds`, then `tx.balances.hold` on its job): the writes of a store run one at a time, so two
 sales that together pass the money cannot both be chosen. A buyer that cannot cover the sale is
 left out as a paused one is, with the reason `balance`; a credit lets the leads waiting for it go."""
 
@@ -19,9 +19,8 @@ from appliance.clock import iso
 from appliance.domain.balance import (
     BalanceLine, ClientBalance, Statement, after, covers, crossed_low, may_bid, with_balance,
 )
-from appliance.domain.campaign import Campaign
 from appliance.domain.client import MAX_MONEY, ClientRecord
-from appliance.domain.ledger import LedgerLine, expected_sale
+from appliance.domain.ledger import LedgerLine
 from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, lane_of, subscribed
 from appliance.errors import NotFound, ValidationFailed
 from appliance.model import Model
@@ -74,14 +73,6 @@ def follow_ledger(tx: Session, settings: TenantSettings, tenant_id: str, lead_id
 
 # ---- before a sale: may the client buy it? ------------------------------------------------------
 
-def sale_amount(settings: TenantSettings, client: ClientRecord, campaign: Campaign, facts: dict,
-                now: datetime, bid: float | None) -> float:
-    """What the sale will charge: a won bid, else the campaign's revenue on delivery."""
-    if bid is not None:
-        return bid
-    return expected_sale(campaign, facts, settings.value_sets, now, client.billing.currency)
-
-
 def short_of_funds(tx: Session, tenant_id: str, client: ClientRecord, amount: float,
                    job_id: int | None = None) -> bool:
     """Whether the client cannot cover `amount` now, counting what its other deliveries under
@@ -93,11 +84,6 @@ def short_of_funds(tx: Session, tenant_id: str, client: ClientRecord, amount: fl
 def may_be_pinged(tx: Session, tenant_id: str, client: ClientRecord, floor: float) -> bool:
     _, balance = tx.balances.last(tenant_id, client.client_id)
     return may_bid(client.billing, balance, tx.balances.held(tenant_id, client.client_id), floor)
-
-
-def hold(tx: Session, job_id: int, client: ClientRecord, amount: float) -> None:
-    """The job holds `amount` of the client's money until its outcome (its next claim drops it)."""
-    tx.balances.hold(job_id, client.client_id, amount)
 
 
 def endpoints_charged_to(settings: TenantSettings, client_id: str) -> set[str]:

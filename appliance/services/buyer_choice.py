@@ -19,6 +19,7 @@ from appliance.domain.campaign import Auction, Campaign, Distribution, Distribut
 from appliance.domain.constraints import Blocked, LimitCheck, limit_blocked
 from appliance.domain.delivery_target import endpoint_override
 from appliance.domain.distribution import EndpointGate, endpoint_gate, full, rotate, rotates, untried, waterfall
+from appliance.domain.ledger import expected_sale
 from appliance.domain.lead import JourneyError
 from appliance.domain.pipeline import event, snapshot
 from appliance.domain.submission import facts_of
@@ -61,7 +62,7 @@ def reserve_and_choose(tx: Session, clock: Clock, attempt: Attempt, campaign: Ca
         # Its client's hold in this unit (a unit of its own would cost each such delivery a write).
         if park(tx, clock, reserved.attempt, target, attempted=False):
             return reserved, STOPPED
-        funded = hold_or_wait_for_funds(tx, clock, reserved.attempt, reserved.campaign, target, None)
+        funded = hold_or_wait_for_funds(tx, clock, reserved.attempt, reserved.campaign, target)
         return reserved, target if funded else STOPPED
     if distribution.method == "auction" and not _pinned_and_open(tx, attempt.job, distribution):
         return reserved, AUCTION
@@ -187,44 +188,43 @@ class _Funds:
         self._amounts: dict[str, float] = {}  # by client: what the sale would charge it
         self._round: AuctionRecord | None | object = _UNREAD
 
-    def _amount(self, client: ClientRecord, endpoint_id: str, bid: float | None) -> float:
-        if bid is None and sells_at_auction(self._campaign):
-            # A won bid's post (retried, resumed, or a shared sale's other buyer) books the bid.
+    def _amount(self, client: ClientRecord, endpoint_id: str) -> float:
+        """The buyer's bid in the submission's last round, when the campaign sells at auction (a won
+        bid's post: retried, resumed, or a shared sale's other buyer); else the campaign's revenue."""
+        if sells_at_auction(self._campaign):
             if self._round is _UNREAD:
                 job = self._attempt.job
                 self._round = self._tx.auctions.latest_of_submission(job.tenant_id, job.submission_id)
             sale = sale_of(self._round, endpoint_id)  # type: ignore[arg-type]
-            bid = sale.bid if sale is not None else None
-        if bid is not None:
-            return bid
+            if sale is not None:
+                return sale.bid
         if client.client_id not in self._amounts:
             attempt = self._attempt
-            self._amounts[client.client_id] = balances.sale_amount(
-                attempt.settings, client, self._campaign, facts_of(attempt.lead), attempt.now, None)
+            self._amounts[client.client_id] = expected_sale(self._campaign, facts_of(attempt.lead),
+                                                            attempt.settings.value_sets, attempt.now,
+                                                            client.billing.currency)
         return self._amounts[client.client_id]
 
-    def short(self, endpoint_id: str, bid: float | None = None, extra: float = 0) -> bool:
+    def short(self, endpoint_id: str) -> bool:
         client = self._attempt.settings.billed(endpoint_id, self._campaign)
         return client is not None and balances.short_of_funds(
-            self._tx, self._attempt.job.tenant_id, client, self._amount(client, endpoint_id, bid) + extra,
-            self._attempt.job.job_id)
+            self._tx, self._attempt.job.tenant_id, client, self._amount(client, endpoint_id), self._attempt.job.job_id)
 
-    def hold(self, endpoint_id: str, bid: float | None = None) -> None:
+    def hold(self, endpoint_id: str) -> None:
         client = self._attempt.settings.billed(endpoint_id, self._campaign)
         if client is not None:
-            balances.hold(self._tx, self._attempt.job.job_id, client, self._amount(client, endpoint_id, bid))
+            self._tx.balances.hold(self._attempt.job.job_id, client.client_id, self._amount(client, endpoint_id))
 
 
-def hold_or_wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign, endpoint_id: str,
-                           bid: float | None) -> bool:
+def hold_or_wait_for_funds(tx: Session, clock: Clock, attempt: Attempt, campaign: Campaign, endpoint_id: str) -> bool:
     """In a write transaction, for a sale to one named buyer (a campaign without a distribution, a
     repost that names it, a shared auction's other winner): its client's hold taken, True; or
-    the job parked until a credit, False."""
+    the job parked until money comes, False."""
     funds = _Funds(tx, attempt, campaign)
-    if funds.short(endpoint_id, bid):
+    if funds.short(endpoint_id):
         wait_for_funds(tx, clock, attempt, endpoint_id)
         return False
-    funds.hold(endpoint_id, bid)
+    funds.hold(endpoint_id)
     return True
 
 
@@ -493,7 +493,7 @@ def take_room(tx: Session, settings: TenantSettings, tenant_id: str, now: dateti
                     unfunded.append(client.client_id)
                 continue
             if job_id is not None and not taken:
-                balances.hold(tx, job_id, client, amount)
+                tx.balances.hold(job_id, client.client_id, amount)
             spent[client.client_id] = spent.get(client.client_id, 0) + amount
         taken.append((entry.delivery_endpoint_id, gate))
         if len(taken) == count:

@@ -17,7 +17,7 @@ import msgspec
 from appliance.adapters.outbound import Scrubber
 from appliance.clock import iso
 from appliance.domain.approval import holds_delivery
-from appliance.domain.auction import AuctionRecord, Sale, expired, sale_of
+from appliance.domain.auction import AuctionRecord, expired, sale_of
 from appliance.domain.campaign import Auction, Campaign, sells_at_auction
 from appliance.domain.constraints import campaigns_in_reach, limit_checks, schedule_blocked
 from appliance.domain.delivery_target import endpoint_override
@@ -251,7 +251,7 @@ class Deliveries:
             parked = await self.write(job, lambda tx: park(tx, clock, attempt, job.endpoint_id, attempted=False))
             if parked:
                 return STOPPED, held
-            return await self._funded(attempt, campaign, job.endpoint_id, sale_of(held, job.endpoint_id)), held
+            return await self._funded(attempt, campaign, job.endpoint_id), held
         if job.tried or job.endpoint_id:
             chosen = await self.write(job, lambda tx: next_standing_bid(tx, clock, attempt, campaign, distribution))
             return chosen, held
@@ -287,16 +287,15 @@ class Deliveries:
             parked = await self.write(attempt.job, lambda tx: park(tx, clock, attempt, target, attempted=False))
             if parked:
                 return STOPPED
-        return await self._funded(attempt, campaign, target, None) if target else target
+        return await self._funded(attempt, campaign, target) if target else target
 
-    async def _funded(self, attempt: Attempt, campaign: Campaign, target: str, sale: Sale | None) -> str | object:
+    async def _funded(self, attempt: Attempt, campaign: Campaign, target: str) -> str | object:
         """`target` when its client can pay (its hold taken) or is not limited; else STOPPED, the
-        job waiting for a credit."""
+        job waiting for money."""
         if attempt.settings.billed(target, campaign) is None:
             return target
-        clock, bid = self.runtime.clock, sale.bid if sale is not None else None
-        funded = await self.write(attempt.job, lambda tx: hold_or_wait_for_funds(tx, clock, attempt, campaign, target,
-                                                                                 bid))
+        clock = self.runtime.clock
+        funded = await self.write(attempt.job, lambda tx: hold_or_wait_for_funds(tx, clock, attempt, campaign, target))
         return target if funded else STOPPED
 
     def _is_paused(self, attempt: Attempt, endpoint_id: str) -> bool:

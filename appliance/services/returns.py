@@ -101,7 +101,7 @@ def apply_return(tx: Session, settings: TenantSettings, tenant_id: str, returned
     tx.leads.update_submission(tenant_id, submission)
     returned = msgspec.structs.replace(lead, status=RETURNED, updated_at=now)
     tx.leads.update_lead(tenant_id, returned)
-    client_id = settings.endpoint_clients.get(endpoint_id or "") or submission.campaign.client_id
+    client_id = settings.client_of(endpoint_id, None) or submission.campaign.client_id
     lines = reversal_lines(tx.ledger.delivered_revenue(tenant_id, submission_id), submission_id=submission_id,
                            campaign_id=submission.campaign.campaign_id, client_id=client_id,
                            source_id=lead.source_id, delivery_endpoint_id=endpoint_id)
