@@ -22,7 +22,7 @@ from appliance.domain.balance import (
 from appliance.domain.client import MAX_MONEY, ClientRecord
 from appliance.domain.ledger import LedgerLine
 from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, lane_of, subscribed
-from appliance.errors import NotFound, ValidationFailed
+from appliance.errors import NotFound
 from appliance.model import Model
 from appliance.runtime import Runtime
 from appliance.services import audit
@@ -136,8 +136,7 @@ def statement(runtime: Runtime, tenant_id: str, client_id: str, start: str | Non
             start = iso(datetime.fromisoformat(end) - timedelta(days=STATEMENT_DAYS))
         except OverflowError:  # an end in the first days of year 1: from the start of time
             start = EARLIEST
-    if start >= end:
-        raise ValidationFailed(["endDate: must not be before startDate (by default the end is now)"])
+    end = max(start, end)  # a start after now, the end left to its default: nothing yet, not an error
     tx = runtime.store.reader()
     with tx:
         client = tx.catalog.get_doc(CLIENTS, tenant_id, client_id)
