@@ -32,7 +32,7 @@ from appliance.config import CONFIG_ENV, Config, ConfigError, load_config
 from appliance.clock import iso
 from appliance.crypto import SecretBox, SecretError, load_master_key
 from appliance.instance_lock import DataFolderBusy, hold, let_go, running_server, server_processes
-from appliance.plugins import PluginError
+from appliance.plugins import PluginError, load_plugins
 from appliance.processes import DeliveryProcess, run_delivery_process, settle_for_serving
 from appliance.private_paths import private_folder
 from appliance.runtime import Runtime, create_runtime, initialize, open_runtime
@@ -501,7 +501,10 @@ def endpoint_resume(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: 
 @admin_command
 def import_(runtime: Runtime, tenant_id: str, file: str, as_json: bool) -> None:
     """Upsert a tenant bundle (JSON or TOML) into a tenant."""
-    counts = tenancy.import_bundle(runtime, tenant_id, _read(file), format_from_filename(file))
+    # Campaign documents name an e-signature adapter: the plugins say which are there.
+    esign_adapters = frozenset(load_plugins(runtime.config).esign_adapters)
+    counts = tenancy.import_bundle(runtime, tenant_id, _read(file), format_from_filename(file),
+                                   esign_adapters=esign_adapters)
     shown_once = counts.pop("webhookSecrets", {})
     _emit(as_json, {"tenantId": tenant_id, "file": file, "imported": counts,
                     **({"webhookSecrets": shown_once} if shown_once else {})},
@@ -572,7 +575,6 @@ def import_leads(runtime: Runtime, tenant_id: str, campaign_id: str, file: str, 
     and reported by data row number (1 = the first row after the header); the others are imported.
     Exit code 1 when nothing was imported."""
     from appliance.errors import ValidationFailed
-    from appliance.plugins import load_plugins
     from appliance.services import lead_import
 
     if not runtime.store.reader().tenants.tenant_exists(tenant_id):

@@ -247,10 +247,28 @@ class TrustedFormSettings(Settings):
             invalid("timeout_seconds", "must be more than 0 and at most 120")
 
 
+class DocumensoSettings(Settings):
+    """`[plugins.documenso]`: the Documenso server documents are sent through
+    (adapters/documenso.py), its API token and the secret its webhooks carry."""
+
+    base_url: str = "https://app.documenso.com"
+    api_key: str | None = None
+    webhook_secret: str | None = None
+    timeout_seconds: float = 10.0
+
+    def __post_init__(self) -> None:
+        _check_base_url("base_url", self.base_url)
+        # Sent as a header value: anything else would fail every request instead of the load.
+        if self.api_key is not None and not re.fullmatch(r"[\x21-\x7e]*", self.api_key):
+            invalid("api_key", "must be printable ASCII without spaces")
+        if not 0 < self.timeout_seconds <= 120:
+            invalid("timeout_seconds", "must be more than 0 and at most 120")
+
+
 # The built-in adapters' own [plugins.<name>] tables, and the struct each is checked with at load.
 BUILTIN_PLUGIN_SETTINGS: dict[str, type[Settings]] = {
     "twilio": OutboundAdapterSettings, "telnyx": OutboundAdapterSettings, "meta_capi": OutboundAdapterSettings,
-    "tiktok_events": OutboundAdapterSettings, "trustedform": TrustedFormSettings,
+    "tiktok_events": OutboundAdapterSettings, "trustedform": TrustedFormSettings, "documenso": DocumensoSettings,
 }
 
 

@@ -47,6 +47,7 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "appliance.adapters.meta_capi",       # pixel platform "social" (Meta Conversions API)
     "appliance.adapters.tiktok_events",   # pixel platform "video" (TikTok Events API)
     "appliance.adapters.demo_buyer",      # delivery adapter "demo" (accepts every lead; `appliance demo`)
+    "appliance.adapters.documenso",       # e-signature adapter "documenso" (Documenso's public API v1)
 )
 
 # Package under which plugin files are imported; it exists only in sys.modules.
@@ -58,9 +59,10 @@ ADAPTER_HOOKS: dict[str, tuple[str, type]] = {
     "delivery": ("appliance_delivery_adapters", sdk.DeliveryAdapter),
     "sms": ("appliance_sms_providers", sdk.SmsProvider),
     "pixel": ("appliance_pixel_platforms", sdk.PixelPlatform),
+    "esign": ("appliance_esign_adapters", sdk.EsignAdapter),
 }
 # The method each kind of adapter must implement (the base class only raises NotImplementedError).
-_REQUIRED_METHOD = {"delivery": "deliver", "sms": "send", "pixel": "fire"}
+_REQUIRED_METHOD = {"delivery": "deliver", "sms": "send", "pixel": "fire", "esign": "send"}
 
 
 class PluginError(Exception):
@@ -81,7 +83,7 @@ class PluginReport:
 
 @dataclass(frozen=True)
 class AdapterEntry:
-    kind: str      # "delivery", "sms" or "pixel"
+    kind: str      # "delivery", "sms", "pixel" or "esign"
     name: str
     plugin: str
     file: str
@@ -98,6 +100,7 @@ class Registry:
         self.delivery_adapters: dict[str, sdk.DeliveryAdapter] = {}
         self.sms_providers: dict[str, sdk.SmsProvider] = {}
         self.pixel_platforms: dict[str, sdk.PixelPlatform] = {}
+        self.esign_adapters: dict[str, sdk.EsignAdapter] = {}
         self.entries: list[AdapterEntry] = []
         self.load_report: list[PluginReport] = []
         self.dirs: list[Path] = []
@@ -106,7 +109,8 @@ class Registry:
     # ---- lookups --------------------------------------------------------------------------------
 
     def _by_kind(self, kind: str) -> dict[str, Any]:
-        return {"delivery": self.delivery_adapters, "sms": self.sms_providers, "pixel": self.pixel_platforms}[kind]
+        return {"delivery": self.delivery_adapters, "sms": self.sms_providers, "pixel": self.pixel_platforms,
+                "esign": self.esign_adapters}[kind]
 
     def delivery_adapter(self, name: str) -> sdk.DeliveryAdapter | None:
         return self.delivery_adapters.get(name)
@@ -116,6 +120,9 @@ class Registry:
 
     def pixel_platform(self, name: str) -> sdk.PixelPlatform | None:
         return self.pixel_platforms.get(name)
+
+    def esign_adapter(self, name: str) -> sdk.EsignAdapter | None:
+        return self.esign_adapters.get(name)
 
     def adapter_settings(self, kind: str, name: str) -> dict:
         """The `[plugins.<plugin>]` table of the plugin that provides adapter `name` of `kind`

@@ -21,6 +21,10 @@ major version of this API is refused at load time. Built-in adapters register th
 A delivery adapter may also answer auctions (since API revision 2): implement `ping`, which asks
 the buyer for a bid and returns a `PingResult`. An adapter without it still delivers; an auction
 then counts its endpoint as an `error` unless the distribution gives it a fixed `bid`.
+
+Since API revision 3 a plugin may also provide e-signature adapters (`appliance_esign_adapters`,
+`EsignAdapter`): they send a campaign's documents for signature, read the provider's callbacks and
+fetch the signed file. Plugins written for revision 1 or 2 load as they did.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from appliance.domain.delivery_result import DeliveryResult, Outcome
 from appliance.domain.endpoint import DeliveryEndpoint
 
 API_VERSION = 1
-API_REVISION = 2  # additions that keep version 1 plugins working; 2: DeliveryAdapter.ping
+API_REVISION = 3  # additions that keep version 1 plugins working; 2: DeliveryAdapter.ping; 3: EsignAdapter
 PROJECT = "appliance"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -47,6 +51,7 @@ __all__ = [
     "API_VERSION", "API_REVISION", "hookimpl", "DeliveryAdapter", "DeliveryRequest", "DeliveryResult", "Outcome",
     "PingRequest", "PingResult", "SmsProvider",
     "SmsMessage", "SmsResult", "PixelPlatform", "PixelEvent", "PixelResult", "IntakeAction",
+    "EsignAdapter", "EsignRequest", "EsignSent", "EsignCallback", "EsignFetched", "ESIGN_STATUSES",
 ]
 
 
@@ -165,6 +170,90 @@ class PixelPlatform:
         raise NotImplementedError  # abstractmethod: every platform implements it
 
 
+# ---- e-signature ------------------------------------------------------------------------------
+
+# What a provider's callback may say of a document. A status never goes back: a late `viewed`
+# after `signed` changes nothing (services/esign keeps the order).
+EsignStatus = Literal["viewed", "in_progress", "signed", "declined", "expired", "failed"]
+ESIGN_STATUSES: tuple[str, ...] = EsignStatus.__args__  # type: ignore[attr-defined]
+
+
+class EsignRequest(msgspec.Struct, kw_only=True):
+    """Send one campaign document to a lead for signature."""
+
+    template_id: str              # the document's `signTemplateId` (the provider's template)
+    title: str                    # the document's name
+    # Unique per lead and document (`<leadId>/<fileKey>`): give it to a provider that keeps an
+    # external reference, so what was sent can be told apart (and found) on the provider's side.
+    external_id: str
+    recipient_email: str
+    recipient_name: str | None
+    fields: dict[str, str]        # template field name -> value, from fieldMappingOverrides
+    settings: dict[str, Any]      # this adapter's plugin table from the config file
+    timeout_seconds: float = 10.0
+    allow_private_addresses: bool = False
+
+
+class EsignSent(msgspec.Struct, kw_only=True):
+    """What became of a send (or a fetch's outcome, for `EsignFetched`):
+
+    - `sent`: the provider has the document; `provider_document_id` names it, `signing_url` is
+      where the lead signs (when the provider gives one);
+    - `retry`: the provider could not be reached or answered 5xx/429/timeout: tried again later
+      with backoff, the lead waits;
+    - `failed`: the provider refused or answered something its API does not document (`reason`
+      says what, in the adapter's words, never a secret): not retried; the lead is held."""
+
+    outcome: Literal["sent", "retry", "failed"]
+    provider_document_id: str | None = None
+    signing_url: str | None = None
+    reason: str | None = None
+
+
+class EsignCallback(msgspec.Struct, kw_only=True):
+    """A provider callback, read: the document it is about and what it says. `status` None: an
+    event that changes nothing here (created, sent, a reminder ...)."""
+
+    provider_document_id: str
+    status: EsignStatus | None = None
+    reason: str | None = None
+
+
+class EsignFetched(msgspec.Struct, kw_only=True):
+    """The signed file: `outcome` `fetched` with its bytes, or `retry` / `failed` with a reason."""
+
+    outcome: Literal["fetched", "retry", "failed"]
+    content: bytes | None = None
+    content_type: str = "application/pdf"
+    reason: str | None = None
+
+
+class EsignAdapter:
+    """An e-signature provider. Tenants name it in a campaign document's `type` (no `type`: the
+    built-in `documenso`); its callbacks come to `POST /hooks/esign/<name>/<tenantId>`."""
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = API_VERSION
+
+    async def send(self, request: EsignRequest, http: httpx.AsyncClient) -> EsignSent:
+        raise NotImplementedError  # abstractmethod: every adapter implements it
+
+    def verify_callback(self, headers: dict[str, str], body: bytes, settings: dict[str, Any]) -> bool:
+        """Whether a callback really comes from the provider (headers in lower case). The default
+        refuses every callback: an adapter that takes callbacks must say how they are verified."""
+        return False
+
+    def read_callback(self, body: bytes) -> EsignCallback | None:
+        """A verified callback's document and status; None when the body is not one this
+        adapter understands (answered 400, nothing changes)."""
+        return None
+
+    async def fetch_signed(self, provider_document_id: str, settings: dict[str, Any], http: httpx.AsyncClient, *,
+                           timeout_seconds: float = 10.0, allow_private_addresses: bool = False) -> EsignFetched:
+        """The signed file of a document the provider reported signed."""
+        return EsignFetched(outcome="failed", reason=f"e-signature adapter {self.name!r} cannot fetch signed files")
+
+
 # ---- intake actions and prompts ----------------------------------------------------------------
 
 class IntakeAction(msgspec.Struct, kw_only=True):
@@ -189,6 +278,10 @@ class HookSpecs:
     @hookspec
     def appliance_pixel_platforms(self, settings: dict[str, Any]) -> list[PixelPlatform]:
         """Conversion-event platforms this plugin provides."""
+
+    @hookspec
+    def appliance_esign_adapters(self, settings: dict[str, Any]) -> list[EsignAdapter]:
+        """E-signature adapters this plugin provides (since API revision 3)."""
 
     @hookspec
     def appliance_intake_action(self, action: IntakeAction) -> None:

@@ -1,10 +1,13 @@
 """Plugins through the plugin folder and `appliance plugins`: good plugins load, broken ones (and
 the junk beside them) are reported or ignored, never fatal unless strict; each plugin gets its own
-settings table; the shipped example webhook plugin delivers against a real local HTTP server."""
+settings table; the shipped example webhook and e-signature plugins work against a real local
+HTTP server."""
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import http.server
 import json
 import shutil
@@ -27,7 +30,7 @@ from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.app import create_app
 from appliance.plugins import BUILTIN_MODULES, PluginError, load_plugins
 from litestar.testing import TestClient
-from tests.buyer_server import wait_until
+from tests.buyer_server import BuyerServer, wait_until
 from tests.bundles import campaign
 from tests.conftest import make_tenant
 from tests.worker_helpers import lead_body
@@ -191,9 +194,12 @@ def test_plugins_lists_good_adapters_and_reports_each_broken_plugin(cli, plugin_
     assert "good_sms" in text and "error" in text and "bad_syntax" in text and "trustedform" in text
 
 
-def test_plugins_lists_every_plugin_with_its_adapters_and_hooks(cli, plugin_dir):
-    for shipped in ("example_lead_events.py", "example_webhook.py"):
+def test_plugins_lists_every_plugin_with_its_adapters_and_hooks(cli, config_file, plugin_dir):
+    for shipped in ("example_esign.py", "example_lead_events.py", "example_webhook.py"):
         shutil.copy(ROOT / "plugins" / shipped, plugin_dir)
+    with config_file.open("a") as f:  # example_esign does not load without its settings
+        f.write('\n[plugins.example_esign]\nbase_url = "http://127.0.0.1:9"\napi_key = "k"\n'
+                'webhook_secret = "s"\n')
     write(plugin_dir, "idle.py", """
         from appliance.sdk import hookimpl
 
@@ -203,6 +209,8 @@ def test_plugins_lists_every_plugin_with_its_adapters_and_hooks(cli, plugin_dir)
     """)
     report = cli.json("plugins")
     assert [p for p in report["plugins"] if not p["builtin"]] == [
+        {"plugin": "example_esign", "file": str(plugin_dir / "example_esign.py"), "builtin": False,
+         "adapters": [{"kind": "esign", "name": "example_esign"}], "hooks": ["appliance_esign_adapters"]},
         {"plugin": "example_lead_events", "file": str(plugin_dir / "example_lead_events.py"), "builtin": False,
          "adapters": [], "hooks": ["on_lead_event"]},
         {"plugin": "example_webhook", "file": str(plugin_dir / "example_webhook.py"), "builtin": False,
@@ -217,6 +225,7 @@ def test_plugins_lists_every_plugin_with_its_adapters_and_hooks(cli, plugin_dir)
                                   for p in report["plugins"] for a in p["adapters"]]
 
     text = cli("plugins").stdout.splitlines()
+    assert f"esign     example_esign        example_esign  {plugin_dir / 'example_esign.py'}" in text
     assert f"hook      on_lead_event        example_lead_events  {plugin_dir / 'example_lead_events.py'}" in text
     assert f"delivery  example_webhook      example_webhook  {plugin_dir / 'example_webhook.py'}" in text
     assert f"-         provides nothing     idle  {plugin_dir / 'idle.py'}" in text
@@ -351,6 +360,73 @@ def test_hook_appliance_pixel_platforms(plugin_dir):
     write(plugin_dir, "kinds.py", GOOD_KINDS)
     registry = load_plugins(Config(plugins=PluginsConfig(dirs=[str(plugin_dir)])), builtin_modules=())
     assert [(e.kind, e.name) for e in registry.entries if e.kind == "pixel"] == [("pixel", "good_pixel")]
+
+
+def test_hook_appliance_esign_adapters(plugin_dir):
+    write(plugin_dir, "signer.py", """
+        from appliance.sdk import EsignAdapter, EsignSent, hookimpl
+
+        class Signer(EsignAdapter):
+            name = "signer"
+            async def send(self, request, http):
+                return EsignSent(outcome="sent", provider_document_id=request.external_id)
+
+        @hookimpl
+        def appliance_esign_adapters(settings):
+            return [Signer()]
+    """)
+    write(plugin_dir, "unsent.py", """
+        from appliance.sdk import EsignAdapter, hookimpl
+
+        class Unsent(EsignAdapter):
+            name = "unsent"
+
+        @hookimpl
+        def appliance_esign_adapters(settings):
+            return [Unsent()]
+    """)
+    write(plugin_dir, "next_major.py", """
+        from appliance.sdk import EsignAdapter, EsignSent, hookimpl
+
+        class NextMajor(EsignAdapter):
+            name = "next_major"
+            api_version = 2
+            async def send(self, request, http):
+                return EsignSent(outcome="sent")
+
+        @hookimpl
+        def appliance_esign_adapters(settings):
+            return [NextMajor()]
+    """)
+    write(plugin_dir, "wrong_kind.py", """
+        from appliance.sdk import DeliveryAdapter, DeliveryResult, hookimpl
+
+        class Deliverer(DeliveryAdapter):
+            name = "deliverer"
+            async def deliver(self, request, http):
+                return DeliveryResult(outcome="success")
+
+        @hookimpl
+        def appliance_esign_adapters(settings):
+            return [Deliverer()]
+    """)
+    registry = load_plugins(Config(plugins=PluginsConfig(dirs=[str(plugin_dir)])), builtin_modules=())
+    assert [(e.kind, e.name, e.plugin) for e in registry.entries] == [("esign", "signer", "signer")]
+    signer = registry.esign_adapter("signer")
+    assert signer is registry.esign_adapters["signer"] and signer.api_version == sdk.API_VERSION
+    assert registry.esign_adapter("nobody") is None and registry.delivery_adapter("signer") is None
+    assert {r.name: r.error for r in registry.errors} == {
+        "unsent": "esign adapter 'unsent' does not implement send()",
+        "next_major": ("esign adapter 'next_major' is built for plugin API version 2; "
+                       "this appliance speaks version 1"),
+        "wrong_kind": "appliance_esign_adapters returned Deliverer, not a EsignAdapter"}
+
+    request = sdk.EsignRequest(template_id="T1", title="Agreement", external_id="lead_1/agreement",
+                               recipient_email="pat@example.com", recipient_name=None, fields={}, settings={})
+    assert asyncio.run(signer.send(request, None)).provider_document_id == "lead_1/agreement"
+    # What the adapter leaves to the base class: no callback is trusted, no file can be fetched.
+    assert signer.verify_callback({}, b"{}", {}) is False and signer.read_callback(b"{}") is None
+    assert asyncio.run(signer.fetch_signed("D1", {}, None)).outcome == "failed"
 
 
 ACTION = sdk.IntakeAction(action="engage", lead={"email": "a@example.com"}, campaign_id="C1",
@@ -488,6 +564,103 @@ def test_example_webhook_refuses_unknown_settings(cli, config_file, plugin_dir):
     assert error["plugin"] == "example_webhook"
     assert error["error"] == ("appliance_delivery_adapters raised ValidationError: "
                               "Object contains unknown field `urll`")
+
+
+ESIGN_SECRET = "esign-webhook-secret"
+
+
+def test_example_esign_plugin_sends_verifies_reads_and_fetches():
+    with BuyerServer() as provider:
+        settings = {"base_url": provider.url("/v1"), "api_key": "esign-api-key", "webhook_secret": ESIGN_SECRET,
+                    "timeout_seconds": 5}
+        config = Config(plugins=PluginsConfig(dirs=[str(ROOT / "plugins")], tables={"example_esign": settings}))
+        registry = load_plugins(config, builtin_modules=())
+        assert registry.errors == []
+        assert [(e.kind, e.plugin) for e in registry.entries if e.name == "example_esign"] == [
+            ("esign", "example_esign")]
+        adapter = registry.esign_adapter("example_esign")
+        assert adapter is not None and adapter.api_version == sdk.API_VERSION
+
+        def request(*, allow_private: bool = True) -> sdk.EsignRequest:
+            return sdk.EsignRequest(
+                template_id="tpl-9", title="Retainer", external_id="lead_1/retainer",
+                recipient_email="pat@example.com", recipient_name="Pat Doe", fields={"client_name": "Pat Doe"},
+                settings=settings, timeout_seconds=2, allow_private_addresses=allow_private)  # the provider is local
+
+        async def send(**reply) -> sdk.EsignSent:
+            provider.route("/v1/documents", **reply)
+            async with httpx.AsyncClient() as http:
+                return await adapter.send(request(), http)
+
+        async def fetch(document_id: str) -> sdk.EsignFetched:
+            async with httpx.AsyncClient() as http:
+                return await adapter.fetch_signed(document_id, settings, http, timeout_seconds=2,
+                                                  allow_private_addresses=True)
+
+        sent = asyncio.run(send(status=201, body={"id": "doc-1", "signingUrl": "https://sign.example/doc-1"}))
+        assert sent == sdk.EsignSent(outcome="sent", provider_document_id="doc-1",
+                                     signing_url="https://sign.example/doc-1")
+        (posted,) = provider.requests
+        assert (posted.method, posted.path) == ("POST", "/v1/documents")
+        assert posted.headers["authorization"] == "Bearer esign-api-key"
+        assert posted.headers["idempotency-key"] == "lead_1/retainer"
+        assert posted.json() == {"templateId": "tpl-9", "title": "Retainer", "externalId": "lead_1/retainer",
+                                 "recipient": {"email": "pat@example.com", "name": "Pat Doe"},
+                                 "fields": {"client_name": "Pat Doe"}}
+
+        assert asyncio.run(send(status=503)) == sdk.EsignSent(outcome="retry", reason="HTTP 503")
+        assert asyncio.run(send(status=422, body={"error": "unknown template"})) == sdk.EsignSent(
+            outcome="failed", reason="HTTP 422")
+        assert asyncio.run(send(status=200, body={"ok": True})) == sdk.EsignSent(
+            outcome="failed", reason="HTTP 200 without a document id")
+        sends = len(provider.requests)
+
+        async def send_to_private() -> sdk.EsignSent:
+            async with httpx.AsyncClient() as http:
+                return await adapter.send(request(allow_private=False), http)
+
+        assert asyncio.run(send_to_private()) == sdk.EsignSent(outcome="failed", reason="private address refused")
+        assert len(provider.requests) == sends  # refused before any connection
+
+        callback = json.dumps({"event": "document.completed", "documentId": "doc-1"}).encode()
+        signature = hmac.new(ESIGN_SECRET.encode(), callback, hashlib.sha256).hexdigest()
+        forged = hmac.new(b"another secret", callback, hashlib.sha256).hexdigest()
+        assert adapter.verify_callback({"x-example-signature": signature}, callback, settings) is True
+        assert adapter.verify_callback({"x-example-signature": forged}, callback, settings) is False
+        assert adapter.verify_callback({"x-example-signature": signature}, callback + b" ", settings) is False
+        assert adapter.verify_callback({}, callback, settings) is False
+        assert adapter.verify_callback({"x-example-signature": "é"}, callback, settings) is False
+
+        assert adapter.read_callback(callback) == sdk.EsignCallback(provider_document_id="doc-1", status="signed")
+        assert adapter.read_callback(b'{"event": "document.rejected", "documentId": "doc-1", "reason": "no"}') == \
+            sdk.EsignCallback(provider_document_id="doc-1", status="declined", reason="no")
+        assert adapter.read_callback(b'{"event": "document.reminded", "documentId": "doc-1"}').status is None
+        assert adapter.read_callback(b'{"event": "document.completed"}') is None
+        assert adapter.read_callback(b"not json") is None
+
+        provider.route("/v1/documents/doc-1/file", status=200, body=b"%PDF-1.7 signed",
+                       headers={"Content-Type": "application/pdf"})
+        assert asyncio.run(fetch("doc-1")) == sdk.EsignFetched(outcome="fetched", content=b"%PDF-1.7 signed")
+        # A document id from a callback stays one path segment; unknown here, so the provider answers 404.
+        assert asyncio.run(fetch("doc-1/../../admin")) == sdk.EsignFetched(outcome="failed", reason="HTTP 404")
+        assert provider.requests[-1].path == "/v1/documents/doc-1%2F..%2F..%2Fadmin/file"
+
+
+def test_example_esign_refuses_missing_and_unknown_settings(plugin_dir):
+    shutil.copy(ROOT / "plugins" / "example_esign.py", plugin_dir)
+    for table, expected in [
+        ({"base_url": "https://esign.example", "api_key": "k"},
+         "Object missing required field `webhook_secret`"),
+        ({"base_url": "https://esign.example", "api_key": "k", "webhook_secret": ""},
+         "Expected `str` of length >= 1 - at `$.webhook_secret`"),
+        ({"base_url": "https://esign.example", "api_key": "k", "webhook_secret": "s", "webhook_secrett": "s"},
+         "Object contains unknown field `webhook_secrett`")]:
+        config = Config(plugins=PluginsConfig(dirs=[str(plugin_dir)], tables={"example_esign": table}))
+        (error,) = load_plugins(config, builtin_modules=()).errors
+        assert error.error == f"appliance_esign_adapters raised ValidationError: {expected}"
+    # Without a table (the repository's own plugins folder, say) it loads and offers nothing.
+    registry = load_plugins(Config(plugins=PluginsConfig(dirs=[str(plugin_dir)])), builtin_modules=())
+    assert registry.errors == [] and registry.esign_adapter("example_esign") is None
 
 
 def test_hook_on_lead_event(runtime, plugin_dir, caplog):

@@ -6,7 +6,7 @@ once."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+
 from types import SimpleNamespace
 
 import pytest

@@ -100,6 +100,7 @@ def test_every_route_with_another_tenants_ids_is_not_found_and_changes_nothing(c
         ("PATCH", "/api/v1/submissions/{submissionId}"): {"status": "failed", "result": "mine now"},
         ("GET", "/api/v1/files/{leadId}"): None,
         ("GET", "/api/v1/files/{leadId}/{fileKey}"): None,
+        ("GET", "/api/v1/files/{leadId}/{fileKey}/content"): None,
         ("GET", "/api/v1/field-library/{key}"): None,
         ("GET", "/api/v1/webhooks/{webhookId}"): None,
         ("PATCH", "/api/v1/webhooks/{webhookId}"): {"url": "https://evil.example.com/x"},

@@ -1,8 +1,9 @@
 """What the built-in outbound adapters share: `http_client` (the client the SMS and pixel services
-hand to any adapter), `post_capped` / `outage_reason` (one hard deadline over connect, send and
-the whole read; adapter setting `timeout_seconds`, default 10, from the plugin's
-`[plugins.<module>]` table; redirects never followed; the answer read up to 1 MiB), and the
-`Scrubber` that masks credentials in whatever a buyer, provider or platform answers.
+hand to any adapter), `post_capped` / `get_capped` / `outage_reason` (one hard deadline over
+connect, send and the whole read; adapter setting `timeout_seconds`, default 10, from the
+plugin's `[plugins.<module>]` table; redirects never followed; the answer read up to 1 MiB unless
+a GET asks for more), and the `Scrubber` that masks credentials in whatever a buyer, provider or
+platform answers.
 
 The scrubber is applied once, where an answer enters the appliance (the delivery worker, the SMS
 and pixel services), to every adapter's result, built-in or plugin: a peer that echoes what it
@@ -72,17 +73,29 @@ def timeout_of(settings: dict[str, Any]) -> float:
 async def post_capped(http: httpx.AsyncClient, url: str, *, headers: dict[str, str], content: bytes,
                       timeout: float) -> Answer:
     """POST under one deadline; raises TimeoutError or httpx.HTTPError (see `outage_reason`)."""
+    return await _capped(http, "POST", url, headers, content, timeout, MAX_RESPONSE_BYTES)
+
+
+async def get_capped(http: httpx.AsyncClient, url: str, *, headers: dict[str, str], timeout: float,
+                     max_bytes: int = MAX_RESPONSE_BYTES) -> Answer:
+    """GET under one deadline, the answer read up to `max_bytes` (a caller that must tell a file
+    too large from one just at its limit asks for one byte more); raises like `post_capped`."""
+    return await _capped(http, "GET", url, headers, None, timeout, max_bytes)
+
+
+async def _capped(http: httpx.AsyncClient, method: str, url: str, headers: dict[str, str], content: bytes | None,
+                  timeout: float, max_bytes: int) -> Answer:
     async with asyncio.timeout(timeout):
-        request = http.build_request("POST", url, headers={"User-Agent": USER_AGENT, **headers}, content=content,
+        request = http.build_request(method, url, headers={"User-Agent": USER_AGENT, **headers}, content=content,
                                      timeout=httpx.Timeout(timeout))
         response = await http.send(request, stream=True, follow_redirects=False)
         try:
             chunks: list[bytes] = []
             size = 0
             async for chunk in response.aiter_bytes():
-                chunks.append(chunk[:MAX_RESPONSE_BYTES - size])
+                chunks.append(chunk[:max_bytes - size])
                 size += len(chunk)
-                if size >= MAX_RESPONSE_BYTES:
+                if size >= max_bytes:
                     break
         finally:
             await response.aclose()

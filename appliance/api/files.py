@@ -10,6 +10,7 @@ from litestar.params import PathParameter
 from appliance.services import files
 from appliance.api.auth import principal
 from appliance.api.io import ok, ok_raw, read_json
+from appliance.errors import NotFound
 
 LeadId = Annotated[str, PathParameter(name="leadId")]
 FileKey = Annotated[str, PathParameter(name="fileKey")]
@@ -52,4 +53,21 @@ def list_files(request: Request, lead_id: LeadId) -> Response:
     return ok_raw(files.list_json(tx, principal(request.scope).tenant_id, lead_id))
 
 
-ROUTES = [upsert_file, get_file, list_files]
+@get("/api/v1/files/{leadId:str}/{fileKey:str}/content", operation_id="getFileContent",
+     summary="Download a kept file", tags=TAGS,
+     description=("The file the appliance keeps for a file reference: a document's signed PDF once its "
+                  "e-signature provider reported it signed and the file was fetched. 404 NOT_FOUND while "
+                  "there is none (and for a lead or file key that is not the tenant's)."),
+     sync_to_thread=False,
+     opt={"binary": "application/pdf", "errors": ["NOT_FOUND"]})
+def get_file_content(request: Request, lead_id: LeadId, file_key: FileKey) -> Response:
+    tx = request.app.state.runtime.store.reader()
+    kept = tx.files.content(principal(request.scope).tenant_id, lead_id, file_key)
+    if kept is None:
+        raise NotFound()
+    content_type, content = kept
+    return Response(content, media_type=content_type, headers={
+        "Content-Disposition": f'attachment; filename="{file_key}.pdf"', "X-Content-Type-Options": "nosniff"})
+
+
+ROUTES = [upsert_file, get_file, get_file_content, list_files]

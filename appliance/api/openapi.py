@@ -118,7 +118,9 @@ TAGS = [
     Tag(name="Auctions", description="Leads sold by ping-post: each round's bids, their outcomes and the "
         "buyers that won."),
     Tag(name="Imports", description="CSV files of leads imported into a campaign in the background."),
-    Tag(name="Files", description="References to a lead's documents (agreements, licences) kept elsewhere."),
+    Tag(name="Files", description="References to a lead's documents (agreements, licences), and the signed files "
+                                  "the appliance keeps."),
+    Tag(name="Documents", description="Campaign documents sent for e-signature: the providers' callbacks."),
     Tag(name="SMS", description="Text messages sent to leads, and their conversations."),
     Tag(name="Pixels", description="Server-side conversion events sent to ad platforms."),
     Tag(name="Campaigns", description="The tenant's campaigns, as its configuration bundle defines them."),
@@ -185,6 +187,8 @@ def build_document(app: Any) -> dict[str, Any]:
         status = str(opt.get("status", 200))
         responses = {status: {"description": "Success", "headers": _REQUEST_ID,
                               "content": {JSON: {"schema": _envelope(data_schema)}}}}
+        if "binary" in opt:  # a file as it is kept, not a JSON envelope
+            responses[status]["content"] = {opt["binary"]: {"schema": {"type": "string", "format": "binary"}}}
         also = opt.get("also_status", ())  # a second success status, e.g. 200 for an upsert that updated
         for other in map(str, also):  # e.g. an upsert: 201 created, 200 updated
             responses[other] = {"description": "Success", "headers": _REQUEST_ID,

@@ -382,6 +382,18 @@ async def lead_page(request: Request, lead_id: PathText) -> Template:
                  fields=_lead_fields(view.lead))
 
 
+@get("/leads/{lead_id:str}/files/{file_key:str}")
+async def lead_file(request: Request, lead_id: PathText, file_key: PathText) -> Response:
+    """A kept file of the lead (a signed document), as the API's getFileContent answers it."""
+    tenant_id = who(request).tenant_id
+    kept = request.app.state.runtime.store.reader().files.content(tenant_id, lead_id, file_key)
+    if kept is None:
+        raise NotFound()
+    content_type, content = kept
+    return Response(content, media_type=content_type, headers={
+        "Content-Disposition": f'attachment; filename="{file_key}.pdf"', "X-Content-Type-Options": "nosniff"})
+
+
 def _lead_fields(lead: dict[str, Any]) -> list[tuple[str, str]]:
     """The record's fields as (name, text) for the page, nested values as compact JSON."""
     return [(name, value if isinstance(value, str) else msgspec.json.encode(value).decode())
@@ -683,7 +695,7 @@ def router() -> Router:
                         two_factor_off, setup_page, choose_password, account_page,
                         sign_out_everywhere, users_page, add_user, change_user, audit_page, returns_page, decide_return,
                         clients_page, client_page, credit_client,
-                        overview, leads_page, lead_page, decide, repost, review_page,
+                        overview, leads_page, lead_page, lead_file, decide, repost, review_page,
                         failures_page, repost_many, endpoints_page, pause_or_resume, webhooks_page, reports_page,
                         report_csv, import_page, start_import, import_progress, static],
         guards=[session_guard],

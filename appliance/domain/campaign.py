@@ -24,7 +24,7 @@ Scalar = str | int | float | bool | None
 # Lead and submission statuses plus the ingestion event cost milestones key on.
 LeadStatus = Literal[
     "lead_ingested", "new", "pending", "qualified", "disqualified", "duplicate", "queued",
-    "pending_action", "delivered", "failed", "rejected", "error", "returned",
+    "pending_action", "delivered", "failed", "rejected", "error", "returned", "document_sent", "signed",
 ]
 
 _HHMM = re.compile(r"^(?:[01]\d|2[0-3]):[0-5]\d$")

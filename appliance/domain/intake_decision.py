@@ -8,6 +8,7 @@ import msgspec
 
 from appliance.domain.approval import held_by_approval
 from appliance.domain.campaign import Campaign
+from appliance.domain.documents import first_job
 from appliance.domain.lead import Approval, JourneyEvent, QualificationOutcome, RoutingOutcome
 from appliance.domain.pipeline import Evaluation, event
 
@@ -20,7 +21,7 @@ class IntakeDecision(msgspec.Struct, frozen=True):  # a struct: made on every su
     qualification: QualificationOutcome | None = None
     routing: RoutingOutcome | None = None
     events: list[JourneyEvent] = []
-    job: str | None = None  # "deliver", "evaluate" or none
+    job: str | None = None  # "deliver", "esign" (documents first), "evaluate" or none
     counts_against_caps: bool = False  # the lead takes a slot of its source's caps
 
 
@@ -59,8 +60,8 @@ def decide_intake(*, intake: Campaign, now: str, refused_at_source: str | None, 
     elif (held := held_by_approval(status, approval)) is not None:
         status = held
         events.append(event(now, "held_by_approval", f"the lead's approval is {approval.status}", campaign))
-    job = "deliver" if status == "qualified" else None
+    job = first_job(campaign) if status == "qualified" else None
     if job:
-        events.append(event(now, "delivery_scheduled", None, campaign))
+        events.append(event(now, "delivery_scheduled" if job == "deliver" else "documents_scheduled", None, campaign))
     return IntakeDecision(status, campaign, evaluation.qualification.reason, approval, evaluation.qualification,
                           evaluation.routing, events, job, counts_against_caps=True)

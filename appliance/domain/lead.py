@@ -8,7 +8,7 @@ from appliance.model import Model
 
 LeadStatus = Literal[
     "new", "pending", "qualified", "disqualified", "duplicate", "queued", "pending_action",
-    "delivered", "failed", "rejected", "error", "returned", "suppressed",
+    "delivered", "failed", "rejected", "error", "returned", "suppressed", "document_sent", "signed",
 ]
 LEAD_STATUSES: tuple[str, ...] = LeadStatus.__args__  # type: ignore[attr-defined]
 # A returned lead may be resold: a repost (to another campaign or endpoint) sends it again.

@@ -23,7 +23,8 @@ from appliance.model import Model, invalid
 
 LEAD_STATUS_EVENTS: dict[str, str] = {
     status: f"lead.{status}" for status in (
-        "qualified", "disqualified", "duplicate", "pending_action", "queued", "delivered", "failed", "returned")
+        "qualified", "disqualified", "duplicate", "pending_action", "queued", "delivered", "failed", "returned",
+        "document_sent", "signed")
 }
 EVENT_TYPES: tuple[str, ...] = ("lead.processed", *LEAD_STATUS_EVENTS.values(), "endpoint.paused", "endpoint.resumed",
                                   "client.low_balance")

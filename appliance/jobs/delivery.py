@@ -2,7 +2,8 @@
 concurrency allows, and hands each to its use case: a `deliver` job to services/delivery.py (which
 checks, reserves, chooses the buyer and records the answer), asking the buyer in between under a
 hard deadline; an `evaluate` job (a short-circuited submission) to
-services/deferred_evaluation.py. Its writes are done only while it still holds the job's claim."""
+services/deferred_evaluation.py; an `esign` job (a lead's documents for signature) to
+services/esign.py. Its writes are done only while it still holds the job's claim."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ import msgspec
 from appliance import logs
 from appliance.adapters.outbound import Scrubber, adapter_crash
 from appliance.clock import iso
+from appliance.domain.documents import ESIGN_JOB
 from appliance.domain.endpoint import DEFAULT_BACKOFF_SECONDS
 from appliance.domain.lead import JourneyError
 from appliance.runtime import Runtime
 from appliance.sdk import DeliveryResult
 from appliance.services.deferred_evaluation import evaluate_later
+from appliance.services.esign import run_documents
 from appliance.services.delivery import Deliveries, Sending
 from appliance.services.delivery_attempt import Attempt, load_attempts
 from appliance.services.tenant_settings import SettingsCache
@@ -108,6 +111,8 @@ class DeliveryWorker:
                 load_attempts(self.runtime, self.settings, [job])[job.job_id]
             if job.kind == "evaluate":
                 await evaluate_later(self.runtime, self.registry, self._write, job, attempt, http)
+            elif job.kind == ESIGN_JOB:
+                await run_documents(self.runtime, self.registry, self._write, job, attempt, http)
             elif (sending := await self.deliveries.prepare(job, attempt, http)) is not None:
                 await self._ask_buyer(sending, http)
         except asyncio.CancelledError:

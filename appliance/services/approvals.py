@@ -11,6 +11,7 @@ from msgspec import Meta
 
 from appliance.clock import iso
 from appliance.domain.approval import starts_delivery, status_after_decision, too_late
+from appliance.domain.documents import ESIGN_JOB, first_job
 from appliance.domain.lead import Approval, ApprovalStatus
 from appliance.domain.pipeline import event
 from appliance.errors import InvalidState, NotFound
@@ -66,8 +67,11 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
                 tx.jobs.cancel_waiting_jobs(submission.submission_id, now)  # none runs: refused above
             delivered = submission.delivery is not None and submission.delivery.success
             if starts_delivery(status, lead.status, delivered=delivered,
-                               delivery_open=tx.jobs.has_open_job(submission.submission_id, "deliver")):
-                tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
+                               delivery_open=tx.jobs.has_open_job(submission.submission_id, "deliver")
+                               or tx.jobs.has_open_job(submission.submission_id, ESIGN_JOB)):
+                # The campaign's documents are sent after the review, before the delivery.
+                tx.jobs.insert_job(tenant_id=tenant_id, kind=first_job(settings.campaigns.get(
+                                   submission.campaign.campaign_id)), lead_id=lead_id,
                                    submission_id=submission.submission_id, due_at=now, now=now)
             submission = msgspec.structs.replace(
                 submission, status=status if status != lead.status else submission.status, updated_at=now,

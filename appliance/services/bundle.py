@@ -17,6 +17,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec.structs import replace
 
+from appliance.domain.documents import adapter_of, file_key_of
 from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
@@ -75,12 +76,17 @@ def load_bundle(
     known_pinging_endpoints: frozenset[str] = frozenset(),
     known_clients: frozenset[str] = frozenset(),
     stored_campaigns: Sequence[Campaign] = (),
+    known_field_keys: frozenset[str] | None = None,
+    known_esign_adapters: frozenset[str] | None = None,
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
     With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
     carries questionnaires. `known_pinging_endpoints`: stored endpoints that have a `ping` (an
     endpoint in the bundle counts as the bundle has it); `stored_campaigns`: the tenant's campaigns,
-    whose auctions must still find a ping or a bid for each buyer once the bundle is in."""
+    whose auctions must still find a ping or a bid for each buyer once the bundle is in.
+    `known_field_keys`: the tenant's field library keys (the bundle's are added), which a
+    document's `field_library` mapping must name; `known_esign_adapters`: the e-signature adapters
+    loaded, which a document's `type` must name (None: not checked)."""
     bundle = _decode(_parse(raw, fmt))
     problems = _cross_check(
         bundle,
@@ -95,6 +101,9 @@ def load_bundle(
             else (known_questionnaires or frozenset()) | {q.questionnaire_id for q in bundle.questionnaires}
         ),
     )
+    problems += _document_problems(
+        bundle, None if known_field_keys is None else known_field_keys | {f.key for f in bundle.field_library},
+        known_esign_adapters)
     replaced = {c.campaign_id for c in bundle.campaigns}
     for i, e in enumerate(bundle.delivery_endpoints):
         if e.ping is not None:
@@ -296,6 +305,42 @@ def _campaign_references(path: str, c: Campaign) -> Iterator[tuple[str, str]]:
     schedule = c.delivery.delivery_schedule
     if schedule is not None and schedule.route_to_campaign_id:
         yield f"{path}.delivery.deliverySchedule.routeToCampaignId", schedule.route_to_campaign_id
+
+
+def _document_problems(bundle: TenantBundle, field_keys: frozenset[str] | None,
+                       esign_adapters: frozenset[str] | None) -> list[str]:
+    """A campaign document must name a loaded e-signature adapter (its `type`; none: the built-in
+    one), a template to send (`signTemplateId`, when it is sent by itself), and field library keys
+    its `field_library` mappings read."""
+    problems = []
+    for i, c in enumerate(bundle.campaigns):
+        problems += _duplicates(f"campaigns[{i}].documents", c.documents, "documentId", lambda d: d.document_id)
+        keys: dict[str, str] = {}
+        for j, d in enumerate(c.documents):
+            path = f"campaigns[{i}].documents[{j}]"
+            if d.kind != "esign":
+                continue
+            # A sent document is the lead's file `esign_<documentId>` in lower case, other
+            # characters as `_`: two ids that read alike there would be one file.
+            twin = keys.setdefault(file_key_of(d), d.document_id)
+            if twin != d.document_id:
+                problems.append(f"{path}.documentId: {d.document_id!r} makes the same file key as {twin!r}"
+                                f" ({file_key_of(d)}); ids must differ in letters or digits")
+            if esign_adapters is not None and adapter_of(d) not in esign_adapters:
+                known = ", ".join(sorted(esign_adapters)) or "none"
+                problems.append(f"{path}.type: unknown e-signature provider {adapter_of(d)!r} (loaded: {known})")
+            if d.auto_send and d.is_active and not d.sign_template_id:
+                problems.append(f"{path}.signTemplateId: required for a document sent automatically")
+            for k, o in enumerate(d.field_mapping_overrides):
+                if o.source_type != "field_library" or field_keys is None:
+                    continue
+                if not o.source_value:
+                    problems.append(f"{path}.fieldMappingOverrides[{k}].sourceValue: required: the field library key"
+                                    " to read")
+                elif o.source_value not in field_keys and not o.source_value.startswith("questionnaire."):
+                    problems.append(f"{path}.fieldMappingOverrides[{k}].sourceValue: unknown field library key"
+                                    f" {o.source_value!r}")
+    return problems
 
 
 def _cross_check(

@@ -15,6 +15,7 @@ import msgspec
 from appliance.adapters import trustedform
 from appliance.clock import Clock, iso
 from appliance.domain.approval import held_by_approval
+from appliance.domain.documents import first_job
 from appliance.domain.pipeline import evaluate, snapshot
 from appliance.domain.submission import facts_of
 from appliance.domain.webhooks import RETRY_SCHEDULE
@@ -89,7 +90,7 @@ async def evaluate_later(runtime: Runtime, registry: Registry, write: ClaimedWri
             if lead is not None:
                 tx.leads.update_lead(job.tenant_id, msgspec.structs.replace(lead, approval=evaluation.approval))
         if status == "qualified":
-            tx.jobs.insert_job(tenant_id=job.tenant_id, kind="deliver", lead_id=job.lead_id,
+            tx.jobs.insert_job(tenant_id=job.tenant_id, kind=first_job(evaluation.campaign), lead_id=job.lead_id,
                                submission_id=job.submission_id, due_at=now, now=now)
 
     await write(job, unit)

@@ -135,10 +135,12 @@ def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
     return revoked
 
 
-def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dict[str, Any]:
+def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str, *,
+                  esign_adapters: frozenset[str] | None = None) -> dict[str, Any]:
     """Validate the whole bundle first, then upsert it in one transaction. Plaintext secrets are
     sealed before they reach storage; a source `apiKey` becomes that source's key. A new webhook
-    without a secret gets one, returned (once) under `webhookSecrets`."""
+    without a secret gets one, returned (once) under `webhookSecrets`. `esign_adapters`: the
+    e-signature adapters loaded, which campaign documents must name (None: not checked)."""
     require_tenant(runtime, tenant_id)
     reader = runtime.store.reader()
     bundle = load_bundle(
@@ -152,6 +154,9 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str) -> dic
                                           reader.catalog.load_docs(DELIVERY_ENDPOINTS, tenant_id)
                                           if e.ping is not None),
         stored_campaigns=reader.catalog.all_campaigns(tenant_id),
+        known_field_keys=frozenset(f.key for f in STANDARD_FIELDS) | frozenset(reader.catalog.doc_ids(FIELD_LIBRARY,
+                                                                                                   tenant_id)),
+        known_esign_adapters=esign_adapters,
     )
     unsendable = _unsendable_urls(bundle) + [
         problem for i, w in enumerate(bundle.webhooks)

@@ -73,6 +73,13 @@ class Jobs:
             (submission_id, kind),
         ).fetchone() is not None
 
+    def wake_waiting(self, submission_id: str, kind: str, now: str) -> int:
+        """The submission's waiting jobs of `kind` due now (a job that waits for a time, woken
+        early by what it waits on)."""
+        self._conn.execute("UPDATE jobs SET due_at = ?, updated_at = ? WHERE submission_id = ? AND kind = ?"
+                           " AND state = 'ready' AND due_at > ?", (now, now, submission_id, kind, now))
+        return self._conn.changes()
+
     def has_other_open_job(self, submission_id: str, job_id: int, kind: str) -> bool:
         """Whether another job of `kind` for the submission waits or runs (a shared sale's others)."""
         return self._conn.execute(

@@ -798,3 +798,23 @@ def m020_portal_indexes(conn: apsw.Connection) -> None:
         CREATE INDEX ledger_entries_costs ON ledger_entries(tenant_id, source_id, entry_id) WHERE kind = 'cost';
         """
     )
+
+
+@migration
+def m021_esign_files(conn: apsw.Connection) -> None:
+    # Documents sent for e-signature (services/esign.py): a provider's callback names its own
+    # document id, found through `esign_ref` (`<adapter>:<provider document id>`); the signed
+    # file is kept beside its file reference.
+    conn.execute(
+        """
+        ALTER TABLE files ADD COLUMN esign_ref TEXT;
+        CREATE INDEX files_by_esign_ref ON files(tenant_id, esign_ref) WHERE esign_ref IS NOT NULL;
+        CREATE TABLE file_contents (
+            file_id TEXT PRIMARY KEY REFERENCES files(file_id),
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            content_type TEXT NOT NULL,
+            content BLOB NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        """
+    )

@@ -640,6 +640,18 @@ CREATE INDEX leads_by_source ON leads(tenant_id, source_id, lead_id);
 CREATE INDEX ledger_entries_costs ON ledger_entries(tenant_id, source_id, entry_id) WHERE kind = 'cost';
 """)
 
+_migration("m021_esign_files", """
+ALTER TABLE files ADD COLUMN esign_ref text;
+CREATE INDEX files_by_esign_ref ON files(tenant_id, esign_ref) WHERE esign_ref IS NOT NULL;
+CREATE TABLE file_contents (
+    file_id text PRIMARY KEY REFERENCES files(file_id),
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    content_type text NOT NULL,
+    content bytea NOT NULL,
+    created_at text NOT NULL
+);
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """

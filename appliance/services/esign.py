@@ -1,0 +1,423 @@
+"""Campaign documents for e-signature: the `esign` job and the providers' callbacks.
+
+A qualified lead of a campaign that sends documents gets an `esign` job instead of its `deliver`
+job (domain/documents.first_job). The job, run by the claim loop (jobs/delivery.py), reconciles
+the lead's documents with what is stored, each step written while it holds the job:
+1. sends each applicable document not yet sent, in `order`, through its adapter; each becomes a
+   file reference (`provider: esign_vendor`, `signingUrl`, `providerDocumentId`). A provider that
+   is down leaves the lead at `pending` and the job tried again on the webhooks' schedule; a crash
+   between the provider's answer and its record sends that document once more, no more (Documenso
+   keeps no idempotency key; the `externalId` tells the two apart on its side);
+2. fetches the signed file of each signed document and keeps it with its file reference;
+3. decides (domain/documents.verdict, over the file references as stored in that unit): the lead
+   waits at `document_sent` (the job sleeps until the earliest `expiresInDays` runs out), becomes
+   `signed` and gets its `deliver` job, `failed` naming the document, or is held at
+   `pending_action` when a required document could not be sent.
+
+A callback (`POST /hooks/esign/<adapter>/<tenantId>`) moves one file reference forwards and wakes
+the lead's job, which decides again. Unverified, unknown or unreadable callbacks change nothing
+and are logged at WARNING with the tenant and the provider's document id only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import msgspec
+
+from appliance import sdk
+from appliance.clock import Clock, iso
+from appliance.domain.campaign import CampaignDocument
+from appliance.domain.documents import (
+    ESIGN_JOB, FINAL, WAITING, Sent, adapter_of, applicable, expires_at, field_values, file_key_of, moves, verdict,
+)
+from appliance.domain.pipeline import event
+from appliance.domain.submission import facts_of
+from appliance.domain.webhooks import RETRY_SCHEDULE
+from appliance.errors import NotFound, Unauthorized, ValidationFailed
+from appliance.ids import new_id
+from appliance.model import Model
+from appliance.plugins import Registry
+from appliance.runtime import Runtime
+from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
+from appliance.services.files import FileReference, url_problem
+from appliance.services.users import base_url
+from appliance.storage import Job, Session
+
+log = logging.getLogger("appliance.esign")
+
+DEFAULT_TIMEOUT_SECONDS = 10.0
+DEADLINE_MARGIN = 2.0  # seconds beyond the adapter's own timeout before the job gives up on it
+_decode_reference = msgspec.json.Decoder(FileReference).decode
+_encode = msgspec.json.Encoder().encode
+
+
+class CallbackAnswer(Model):
+    """What a provider's callback is answered (200)."""
+    received: bool
+    changed: bool
+    status: str | None = None
+
+
+# ---- the job ------------------------------------------------------------------------------------
+
+async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrite, job: Job, attempt: Attempt | None,
+                        http: httpx.AsyncClient) -> None:
+    clock = runtime.clock
+    if attempt is None:
+        await write(job, lambda tx: tx.jobs.finish(job.job_id, "dead", iso(clock.now()), "lead missing"))
+        return
+    campaign = attempt.settings.campaigns.get(attempt.submission.campaign.campaign_id)
+    if campaign is None:
+        await write(job, lambda tx: settle(tx, clock, attempt, None, "error", "campaign no longer exists",
+                                           job_state="dead"))
+        return
+    documents = applicable(campaign, facts_of(attempt.lead), value_sets=attempt.settings.value_sets,
+                           today=attempt.now.date())
+    tenant_id, lead_id = job.tenant_id, job.lead_id
+    references = _references(runtime.store.reader(), tenant_id, lead_id)
+
+    # Only a lead still settling its documents is sent any (a late callback also wakes the job of a
+    # lead already past them, to keep a signed file).
+    for document in documents if attempt.lead.status in WAITING else ():
+        key = file_key_of(document)
+        stored = references.get(key)
+        if stored is not None and not _send_again(stored, attempt.submission.submission_id):
+            continue
+        sent = await _send(runtime, registry, attempt, document, key, http)
+        if sent.outcome == "retry":
+            reason = f"document {_name(document)} could not be sent: {sent.reason}"
+            await write(job, lambda tx: _try_later(tx, clock, attempt, reason, "pending"))
+            return
+        references[key] = await write(job, lambda tx: _record_sent(tx, runtime, attempt, document, key, sent))
+
+    kept = runtime.store.reader().files.kept_ids(tenant_id, lead_id)
+    for document in documents:
+        reference = references.get(file_key_of(document))
+        if reference is None or reference.status != "signed" or reference.file_id in kept \
+                or (reference.metadata or {}).get("problem"):
+            continue
+        fetched = await _fetch(runtime, registry, document, reference, http)
+        if fetched.outcome == "retry":
+            reason = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}"
+            await write(job, lambda tx: _try_later(tx, clock, attempt, reason, None))
+            return
+        await write(job, lambda tx: _record_fetched(tx, clock, attempt, document, reference.file_key, fetched))
+
+    await write(job, lambda tx: _conclude(tx, clock, attempt, documents))
+
+
+def _name(document: CampaignDocument) -> str:
+    return document.name or document.document_id
+
+
+def _references(tx: Session, tenant_id: str, lead_id: str) -> dict[str, FileReference]:
+    return {ref.file_key: ref for ref in map(_decode_reference, tx.files.docs_of(tenant_id, lead_id))}
+
+
+def _send_again(reference: FileReference, submission_id: str) -> bool:
+    """A document sent for an earlier submission that ended declined, expired or failed is sent
+    again for a new one (a new submission is a new chance); otherwise it is sent once."""
+    metadata = reference.metadata or {}
+    return reference.status in ("declined", "expired", "failed") and metadata.get("submissionId") != submission_id
+
+
+async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document: CampaignDocument, key: str,
+                http: httpx.AsyncClient) -> sdk.EsignSent:
+    name = adapter_of(document)
+    adapter = registry.esign_adapter(name)
+    if adapter is None:
+        return sdk.EsignSent(outcome="failed", reason=f"no e-signature adapter named {name!r} is loaded")
+    if not document.sign_template_id:
+        return sdk.EsignSent(outcome="failed", reason="the document has no signTemplateId")
+    lead = attempt.lead
+    if not lead.email:
+        return sdk.EsignSent(outcome="failed", reason="the lead has no email to send the document to")
+    settings = registry.adapter_settings("esign", name)
+    timeout = _timeout(settings)
+    request = sdk.EsignRequest(
+        template_id=document.sign_template_id, title=_name(document), external_id=f"{lead.lead_id}/{key}",
+        recipient_email=lead.email, recipient_name=" ".join(p for p in (lead.first_name, lead.last_name) if p) or None,
+        fields=field_values(document.field_mapping_overrides, facts_of(lead), attempt.now.date()),
+        settings=settings, timeout_seconds=timeout,
+        allow_private_addresses=runtime.config.delivery.allow_private_addresses)
+    try:
+        sent = await asyncio.wait_for(adapter.send(request, http), timeout + DEADLINE_MARGIN)
+    except TimeoutError:
+        return sdk.EsignSent(outcome="retry", reason=f"{name} did not answer within {timeout:g} s")
+    except Exception as exc:  # a plugin's bug: logged, and the document tried again later
+        problem = registry.describe_error(exc, _plugin_of(registry, name))
+        log.error("e-signature adapter %r raised %s", name, problem)
+        return sdk.EsignSent(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
+    if not isinstance(sent, sdk.EsignSent):
+        return sdk.EsignSent(outcome="failed", reason=f"the {name} adapter answered {type(sent).__name__}")
+    if sent.outcome == "sent" and not sent.provider_document_id:
+        return sdk.EsignSent(outcome="failed", reason=f"{name} answered without a document id")
+    if sent.outcome == "sent" and sent.signing_url is not None and url_problem(sent.signing_url):
+        return sdk.EsignSent(outcome="failed", reason=f"{name} answered a signing URL that is not an http(s) URL")
+    return sent
+
+
+async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocument, reference: FileReference,
+                 http: httpx.AsyncClient) -> sdk.EsignFetched:
+    name = adapter_of(document)
+    adapter = registry.esign_adapter(name)
+    if adapter is None or not reference.provider_document_id:
+        return sdk.EsignFetched(outcome="failed", reason=f"no e-signature adapter named {name!r} is loaded")
+    settings = registry.adapter_settings("esign", name)
+    timeout = _timeout(settings)
+    try:
+        fetched = await asyncio.wait_for(adapter.fetch_signed(
+            reference.provider_document_id, settings, http, timeout_seconds=timeout,
+            allow_private_addresses=runtime.config.delivery.allow_private_addresses), timeout * 2 + DEADLINE_MARGIN)
+    except TimeoutError:
+        return sdk.EsignFetched(outcome="retry", reason=f"{name} did not answer within {timeout:g} s")
+    except Exception as exc:  # a plugin's bug: logged, and tried again later
+        problem = registry.describe_error(exc, _plugin_of(registry, name))
+        log.error("e-signature adapter %r raised %s", name, problem)
+        return sdk.EsignFetched(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
+    if not isinstance(fetched, sdk.EsignFetched) or (fetched.outcome == "fetched" and not fetched.content):
+        return sdk.EsignFetched(outcome="failed", reason=f"{name} answered no file")
+    return fetched
+
+
+def _timeout(settings: dict[str, Any]) -> float:
+    value = settings.get("timeout_seconds")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 \
+        else DEFAULT_TIMEOUT_SECONDS
+
+
+def _plugin_of(registry: Registry, name: str) -> str | None:
+    return next((e.plugin for e in registry.entries if e.kind == "esign" and e.name == name), None)
+
+
+def _try_later(tx: Session, clock: Clock, attempt: Attempt, reason: str, status: str | None) -> None:
+    """The provider could not answer: tried again on the webhooks' schedule (about a day and a
+    half), then the lead ends at `error`. `status`: what the lead waits at (None: as it is)."""
+    now_dt = clock.now()
+    attempts = attempt.job.attempts
+    if attempts > len(RETRY_SCHEDULE):
+        settle(tx, clock, attempt, None, "error", f"{reason}; the provider did not answer after {attempts} attempts",
+               job_state="dead", event_kind="esign_error", details={"attempt": attempts})
+        return
+    due = iso(now_dt + timedelta(seconds=float(RETRY_SCHEDULE[attempts - 1])))
+    tx.jobs.reschedule(attempt.job.job_id, due, iso(now_dt), error=reason)
+    settle(tx, clock, attempt, None, status, f"{reason}; retry {attempts + 1} at {due}", job_state=None,
+           event_kind="esign_error", details={"attempt": attempts})
+
+
+def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: CampaignDocument, key: str,
+                 sent: sdk.EsignSent) -> FileReference:
+    clock = runtime.clock
+    now_dt = clock.now()
+    now = iso(now_dt)
+    tenant_id, lead_id = attempt.job.tenant_id, attempt.lead.lead_id
+    adapter = adapter_of(document)
+    runs_out = expires_at(document, now_dt)
+    metadata: dict[str, Any] = {
+        "documentId": document.document_id, "adapter": adapter, "required": document.required,
+        "submissionId": attempt.submission.submission_id, "sentAt": now,
+        "expiresAt": iso(runs_out) if runs_out is not None else None}
+    if sent.outcome == "sent":
+        status = "pending"
+    else:
+        status, metadata["problem"] = "failed", f"could not be sent: {sent.reason or 'the provider refused it'}"
+    stored = tx.files.find(tenant_id, lead_id, key)
+    previous = _decode_reference(stored) if stored is not None else None
+    reference = FileReference(
+        file_id=previous.file_id if previous else new_id("file"), lead_id=lead_id, file_key=key,
+        file_name=_name(document), file_type="pdf", document_url=content_url(runtime, lead_id, key),
+        signing_url=sent.signing_url if sent.outcome == "sent" else None, status=status, provider="esign_vendor",
+        provider_document_id=sent.provider_document_id if sent.outcome == "sent" else None, metadata=metadata,
+        created_at=previous.created_at if previous else now, updated_at=now)
+    esign_ref = f"{adapter}:{sent.provider_document_id}" if sent.outcome == "sent" else None
+    if previous is None:
+        tx.files.insert(tenant_id, file_id=reference.file_id, lead_id=lead_id, file_key=key, created_at=now,
+                        doc=_encode(reference), esign_ref=esign_ref)
+    else:
+        tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(reference))
+        tx.files.set_esign_ref(tenant_id, reference.file_id, esign_ref)
+    details = {"documentId": document.document_id, "fileKey": key, "providerDocumentId": sent.provider_document_id}
+    if sent.outcome == "sent":
+        settle(tx, clock, attempt, None, None, f"document {_name(document)} sent for signature", job_state=None,
+               event_kind="document_sent", details=details)
+    else:
+        settle(tx, clock, attempt, None, None, f"document {_name(document)} {metadata['problem']}",
+               job_state=None, event_kind="document_failed", details=details)
+    return reference
+
+
+def content_url(runtime: Runtime, lead_id: str, key: str) -> str:
+    """Where the document's file is read once it is kept (404 until then)."""
+    return f"{base_url(runtime)}/api/v1/files/{lead_id}/{key}/content"
+
+
+def _record_fetched(tx: Session, clock: Clock, attempt: Attempt, document: CampaignDocument, key: str,
+                    fetched: sdk.EsignFetched) -> None:
+    now = iso(clock.now())
+    tenant_id, lead_id = attempt.job.tenant_id, attempt.lead.lead_id
+    stored = tx.files.find(tenant_id, lead_id, key)
+    if stored is None:
+        return
+    reference = _decode_reference(stored)
+    metadata = dict(reference.metadata or {})
+    if fetched.outcome == "fetched" and fetched.content:
+        tx.files.keep_content(tenant_id, reference.file_id, fetched.content_type or "application/pdf",
+                              fetched.content, now)
+        metadata["fetchedAt"], metadata["size"] = now, len(fetched.content)
+        reason, kind = f"the signed file of document {_name(document)} is kept", "document_fetched"
+    else:
+        metadata["problem"] = f"was signed but its file could not be fetched: {fetched.reason}"
+        reason, kind = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}", \
+            "document_fetch_failed"
+    tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now,
+                    doc=_encode(msgspec.structs.replace(reference, metadata=metadata, updated_at=now)))
+    settle(tx, clock, attempt, None, None, reason, job_state=None, event_kind=kind,
+           details={"documentId": document.document_id, "fileKey": key})
+
+
+def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[CampaignDocument]) -> None:
+    """What the lead's documents come to, from the file references as stored in this unit (a
+    callback may have moved one since the job read them)."""
+    now_dt = clock.now()
+    now = iso(now_dt)
+    tenant_id, lead_id, job = attempt.job.tenant_id, attempt.lead.lead_id, attempt.job
+    references = _references(tx, tenant_id, lead_id)
+    kept = tx.files.kept_ids(tenant_id, lead_id)
+    sent: list[Sent] = []
+    for document in documents:
+        reference = references.get(file_key_of(document))
+        if reference is None:
+            continue
+        metadata = reference.metadata or {}
+        sent.append(Sent(document.document_id, _name(document), document.required, reference.status,
+                         metadata.get("expiresAt"), metadata.get("problem"), metadata.get("reason"),
+                         reference.file_id in kept))
+    decided = verdict(sent, now)
+    for document in documents:
+        if document.document_id in decided.expired:
+            _expire(tx, clock, now, attempt, references[file_key_of(document)], document)
+    if decided.outcome == "fetch":  # signed since the fetch step: fetch it now
+        tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
+        return
+    stored = tx.leads.get_lead(tenant_id, lead_id)
+    submission = tx.leads.get_submission(tenant_id, job.submission_id)
+    if stored is None or submission is None or stored.submission_count != submission.submission_number \
+            or stored.status not in WAITING or submission.delivery is not None \
+            or tx.jobs.has_open_job(job.submission_id, "deliver"):
+        # Past its documents (on to delivery, decided by a person, or resubmitted): a document
+        # signed late is kept, and the lead is left as it is.
+        settle(tx, clock, attempt, None, None, "documents brought up to date", job_state="done",
+               event_kind="documents_updated")
+        return
+    if decided.outcome in ("held", "failed"):
+        settle(tx, clock, attempt, None, "pending_action" if decided.outcome == "held" else "failed",
+               decided.reason or decided.outcome, job_state="done", event_kind=f"documents_{decided.outcome}")
+        return
+    if decided.outcome in ("signed", "deliver"):
+        reason = decided.reason or "documents sent; none must be signed before delivery"
+        # A lead that waited for its provider at `pending` goes on as what it was: qualified.
+        status = "signed" if decided.outcome == "signed" else "qualified" if stored.status == "pending" else None
+        settle(tx, clock, attempt, None, status, reason, job_state="done", event_kind="delivery_scheduled")
+        if tx.jobs.job_state(job.job_id) == "done":  # not cancelled by a person meanwhile
+            tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead_id,
+                               submission_id=job.submission_id, due_at=now, now=now)
+        return
+    if decided.wake_at is not None:
+        tx.jobs.reschedule(job.job_id, decided.wake_at, now, keep_attempts=True)
+        settle(tx, clock, attempt, None, "document_sent", decided.reason or "waiting", job_state=None,
+               event_kind="waiting_for_signature", details={"until": decided.wake_at})
+    else:
+        settle(tx, clock, attempt, None, "document_sent", decided.reason or "waiting", job_state="done",
+               event_kind="waiting_for_signature")
+
+
+def _expire(tx: Session, clock: Clock, now: str, attempt: Attempt, reference: FileReference,
+            document: CampaignDocument) -> None:
+    tenant_id = attempt.job.tenant_id
+    tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now,
+                    doc=_encode(msgspec.structs.replace(reference, status="expired", updated_at=now)))
+    settle(tx, clock, attempt, None, None, f"document {_name(document)} expired unsigned", job_state=None,
+           event_kind="document_expired", details={"documentId": document.document_id, "fileKey": reference.file_key})
+
+
+# ---- callbacks ----------------------------------------------------------------------------------
+
+async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: str, tenant_id: str,
+                     headers: dict[str, str], body: bytes) -> tuple[CallbackAnswer, bool]:
+    """Check and apply one provider callback: (the answer, whether the lead's job was woken)."""
+    adapter = registry.esign_adapter(adapter_name)
+    if adapter is None:
+        log.warning("e-signature callback for an unknown adapter (%d bytes)", len(body))
+        raise NotFound()
+    reader = runtime.store.reader()
+    if not reader.tenants.tenant_exists(tenant_id):
+        log.warning("e-signature callback from %s for an unknown tenant", adapter_name)
+        raise NotFound()
+    try:
+        verified = bool(adapter.verify_callback(headers, body, registry.adapter_settings("esign", adapter_name)))
+    except Exception as exc:  # a plugin's bug counts as unverified
+        log.error("e-signature adapter %r: verify_callback raised %s", adapter_name,
+                  registry.describe_error(exc, _plugin_of(registry, adapter_name)))
+        verified = False
+    if not verified:
+        log.warning("e-signature callback from %s for tenant %s refused: not verified", adapter_name, tenant_id)
+        raise Unauthorized(challenge=f'{adapter_name} realm="appliance"')
+    try:
+        read = adapter.read_callback(body)
+    except Exception as exc:  # a plugin's bug: the body is taken as unreadable
+        log.error("e-signature adapter %r: read_callback raised %s", adapter_name,
+                  registry.describe_error(exc, _plugin_of(registry, adapter_name)))
+        read = None
+    if not isinstance(read, sdk.EsignCallback) or not read.provider_document_id:
+        log.warning("e-signature callback from %s for tenant %s refused: unreadable body", adapter_name, tenant_id)
+        raise ValidationFailed([f"body: not a {adapter_name} callback this appliance can read"])
+    if read.status is not None and read.status not in sdk.ESIGN_STATUSES:
+        raise ValidationFailed([f"status: unknown e-signature status {read.status!r}"])
+    esign_ref = f"{adapter_name}:{read.provider_document_id}"
+    now = iso(runtime.clock.now())
+
+    def unit(tx: Session) -> tuple[CallbackAnswer, bool] | None:
+        found = tx.files.find_by_esign_ref(tenant_id, esign_ref)
+        if found is None:
+            return None
+        lead_id, doc = found
+        reference = _decode_reference(doc)
+        if read.status is None or not moves(reference.status, read.status):
+            return CallbackAnswer(received=True, changed=False, status=reference.status), False
+        metadata = dict(reference.metadata or {})
+        if read.reason:
+            metadata["reason"] = read.reason[:500]
+        moved = msgspec.structs.replace(reference, status=read.status, updated_at=now, metadata=metadata,
+                                        signed_at=now if read.status == "signed" else reference.signed_at)
+        tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(moved))
+        # The lead's latest submission settles its documents (one set per lead, whichever
+        # submission sent them).
+        submission = tx.leads.latest_submission(tenant_id, lead_id)
+        woken = False
+        if submission is not None:
+            tx.leads.update_submission(tenant_id, msgspec.structs.replace(
+                submission, updated_at=now, journey_events=[
+                    *submission.journey_events,
+                    event(now, f"document_{read.status}", f"document {reference.file_name} is {read.status}",
+                          details={"documentId": metadata.get("documentId"), "fileKey": reference.file_key,
+                                   "providerDocumentId": reference.provider_document_id})]))
+            # A final status: the job decides again (or, past the documents, keeps a signed file).
+            if read.status in FINAL:
+                woken = tx.jobs.wake_waiting(submission.submission_id, ESIGN_JOB, now) > 0
+                if not woken and not tx.jobs.has_open_job(submission.submission_id, ESIGN_JOB):
+                    tx.jobs.insert_job(tenant_id=tenant_id, kind=ESIGN_JOB, lead_id=lead_id,
+                                       submission_id=submission.submission_id, due_at=now, now=now)
+                    woken = True
+        return CallbackAnswer(received=True, changed=True, status=read.status), woken
+
+    answered = await runtime.store.write(unit)
+    if answered is None:
+        log.warning("e-signature callback from %s for tenant %s names a document it does not have", adapter_name,
+                    tenant_id)
+        raise NotFound()
+    return answered
+
