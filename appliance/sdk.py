@@ -183,13 +183,17 @@ class EsignRequest(msgspec.Struct, kw_only=True):
 
     template_id: str              # the document's `signTemplateId` (the provider's template)
     title: str                    # the document's name
-    # Unique per lead and document (`<leadId>/<fileKey>`): give it to a provider that keeps an
-    # external reference, so what was sent can be told apart (and found) on the provider's side.
+    # Unique per sending of a document to a lead (`<leadId>/<fileKey>`, plus `/<submissionId>` when
+    # a later submission sends it again): give it to a provider that keeps an external reference
+    # or an idempotency key, so what was sent can be told apart (and found) on its side.
     external_id: str
     recipient_email: str
     recipient_name: str | None
     fields: dict[str, str]        # template field name -> value, from fieldMappingOverrides
     settings: dict[str, Any]      # this adapter's plugin table from the config file
+    # Set when an earlier try created the document at the provider but could not confirm it was
+    # sent (its `retry` carried this id): finish sending that one, never create another.
+    provider_document_id: str | None = None
     timeout_seconds: float = 10.0
     allow_private_addresses: bool = False
 
@@ -200,7 +204,9 @@ class EsignSent(msgspec.Struct, kw_only=True):
     - `sent`: the provider has the document; `provider_document_id` names it, `signing_url` is
       where the lead signs (when the provider gives one);
     - `retry`: the provider could not be reached or answered 5xx/429/timeout: tried again later
-      with backoff, the lead waits;
+      with backoff, the lead waits. When the document was already created at the provider (only
+      sending it failed), carry its `provider_document_id`: the next try gets it back in
+      `EsignRequest.provider_document_id`;
     - `failed`: the provider refused or answered something its API does not document (`reason`
       says what, in the adapter's words, never a secret): not retried; the lead is held."""
 

@@ -5,7 +5,8 @@ HTTP server in a thread, the BuyerServer of tests/buyer_server.py with one handl
         fake.template("tpl-1", recipients=[{"id": 7, "email": "", "name": "Signer", "role": "SIGNER"}])
         ... send with base_url = fake.base_url ...
         fake.requests        # every request (tests.buyer_server.Received), recorded before the reply
-        fake.documents[1]    # {"templateId", "title", "externalId", "recipients", "formValues", "sent"}
+        fake.documents[1]    # {"templateId", "title", "externalId", "recipients", "formValues", "sent",
+                             #  "status"}: status DRAFT until /send, then PENDING (a test may set it)
         fake.down = True     # every request answers 503 until set back to False
         fake.garbage = True  # 200 answers carry {"ok": true} instead of the documented fields
         fake.fail_next(400, {"message": "Invalid"})  # the next request answers this (queued, in order)
@@ -19,6 +20,9 @@ for a generate-document body its schema refuses. Documents are numbered from 1; 
 gets a token and `signingUrl` `{base_url}/sign/<token>`; `/api/v1/documents/{id}/download` answers
 `{"downloadUrl": "{download_base_url}/files/{id}.pdf"}` (`download_base_url` is `base_url` unless
 a test points it at another server), served there without authorization as a pre-signed URL is.
+`GET /api/v1/documents/{id}` answers the document as Documenso's getDocument does: `id`,
+`externalId`, `title`, `status` and `recipients` (`id`, `documentId`, `email`, `name`, `token`,
+`role`, `signingOrder`, `signingStatus`, `readStatus`, `sendStatus`, `signingUrl`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ _TEMPLATE = re.compile(r"^/api/v1/templates/([^/]+)$")
 _GENERATE = re.compile(r"^/api/v1/templates/([^/]+)/generate-document$")
 _SEND = re.compile(r"^/api/v1/documents/(\d+)/send$")
 _DOWNLOAD = re.compile(r"^/api/v1/documents/(\d+)/download$")
+_DOCUMENT = re.compile(r"^/api/v1/documents/(\d+)$")
 _FILE = re.compile(r"^/files/(\d+)\.pdf$")
 
 
@@ -130,6 +135,8 @@ class FakeDocumenso(BuyerServer):
             return self._send(int(match[1]))
         if method == "GET" and (match := _DOWNLOAD.match(path)):
             return self._download(int(match[1]))
+        if method == "GET" and (match := _DOCUMENT.match(path)):
+            return self._get_document(int(match[1]))
         return _message(404, "Not found")
 
     def _get_template(self, template_id: str) -> Reply:
@@ -165,7 +172,8 @@ class FakeDocumenso(BuyerServer):
                                 "signingUrl": f"{self.base_url}/sign/{token}"})
             self.documents[document_id] = {
                 "templateId": template_id, "title": body.get("title"), "externalId": body.get("externalId"),
-                "recipients": signers, "formValues": body.get("formValues"), "sent": False}
+                "recipients": signers, "formValues": body.get("formValues"), "sent": False,
+                "status": "DRAFT"}
         return Reply(body={"documentId": document_id, "externalId": body.get("externalId"),
                            "recipients": [dict(s) for s in signers]})
 
@@ -175,8 +183,26 @@ class FakeDocumenso(BuyerServer):
             if document is None:
                 return _message(404, "Document not found")
             document["sent"] = True
+            if document.get("status", "DRAFT") == "DRAFT":
+                document["status"] = "PENDING"
         return Reply(body={"message": "Document sent for signing successfully", "id": document_id,
                            "status": "PENDING"})
+
+    def _get_document(self, document_id: int) -> Reply:
+        with self.lock:
+            document = self.documents.get(document_id)
+            if document is None:
+                return _message(404, "Document not found")
+            status = document.get("status", "DRAFT")
+            recipients = [{"id": r["recipientId"], "documentId": document_id, "templateId": None,
+                           "email": r["email"], "name": r["name"], "token": r["token"], "role": r["role"],
+                           "signingOrder": r.get("signingOrder"),
+                           "signingStatus": "SIGNED" if status == "COMPLETED" else "NOT_SIGNED",
+                           "readStatus": "NOT_OPENED", "sendStatus": "NOT_SENT" if status == "DRAFT" else "SENT",
+                           "signingUrl": r["signingUrl"]}
+                          for r in document["recipients"]]
+            return Reply(body={"id": document_id, "externalId": document.get("externalId"),
+                               "title": document.get("title"), "status": status, "recipients": recipients})
 
     def _download(self, document_id: int) -> Reply:
         with self.lock:

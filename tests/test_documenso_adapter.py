@@ -326,6 +326,148 @@ def test_a_bad_table_on_the_request_fails_without_a_request(fake, adapter):
     assert fake.requests == []
 
 
+# ---- resuming a document an earlier try created -----------------------------------------------------
+
+def test_a_send_step_outage_after_generate_is_retried_with_the_document_id(fake, adapter):
+    fake.stall_next(0)  # the template request
+    fake.stall_next(0)  # generate-document
+    fake.fail_next(503)  # /send
+    sent = send(adapter, esign_request(fake))
+    assert (sent.outcome, sent.provider_document_id) == ("retry", "1")
+    assert sent.reason == "Documenso answered 503 to the send request"
+    assert list(fake.documents) == [1] and fake.documents[1]["status"] == "DRAFT"
+
+    again = send(adapter, esign_request(fake, provider_document_id=sent.provider_document_id))
+    assert (again.outcome, again.provider_document_id) == ("sent", "1")
+    assert list(fake.documents) == [1]  # one document, whatever the tries
+    assert len(fake.requests_to("/api/v1/templates/tpl-1/generate-document")) == 1
+
+
+def test_a_refused_send_step_fails_without_an_id(fake, adapter):
+    fake.stall_next(0)
+    fake.stall_next(0)
+    fake.fail_next(400, {"message": "Document is not valid"})
+    sent = send(adapter, esign_request(fake))
+    assert (sent.outcome, sent.provider_document_id) == ("failed", None)
+
+
+def created(fake: FakeDocumenso, adapter: EsignAdapter, *, sent_already: bool = False) -> str:
+    """A document generated at the fake by an earlier try, never sent (or sent, its answer lost)."""
+    fake.stall_next(0)
+    fake.stall_next(0)
+    if sent_already:
+        fake.stall_next(3)  # the /send goes through; its answer comes too late
+        sent = send(adapter, esign_request(fake, timeout_seconds=0.5))
+        deadline = time.monotonic() + 5
+        while fake.documents[1]["status"] != "PENDING" and time.monotonic() < deadline:
+            time.sleep(0.01)
+    else:
+        fake.fail_next(503)
+        sent = send(adapter, esign_request(fake))
+    assert (sent.outcome, sent.provider_document_id) == ("retry", "1")
+    fake.requests.clear()
+    return sent.provider_document_id
+
+
+def test_resuming_a_draft_sends_it_without_generating_another(fake, adapter):
+    document_id = created(fake, adapter)
+    sent = send(adapter, esign_request(fake, provider_document_id=document_id))
+
+    assert (sent.outcome, sent.provider_document_id, sent.reason) == ("sent", "1", None)
+    get, send_request = fake.requests
+    assert (get.method, get.path) == ("GET", "/api/v1/documents/1")
+    assert get.headers["authorization"] == API_KEY
+    assert (send_request.method, send_request.path) == ("POST", "/api/v1/documents/1/send")
+    assert send_request.json() == {"sendEmail": True}
+    assert list(fake.documents) == [1] and fake.documents[1]["status"] == "PENDING"
+    (ours,) = [r for r in fake.documents[1]["recipients"] if r["email"] == LEAD_EMAIL]
+    assert sent.signing_url == ours["signingUrl"]
+
+
+@pytest.mark.parametrize("status", ["PENDING", "COMPLETED", "REJECTED"])
+def test_resuming_a_document_sent_already_does_not_send_it_again(fake, adapter, status):
+    document_id = created(fake, adapter, sent_already=True)
+    fake.documents[1]["status"] = status
+    sent = send(adapter, esign_request(fake, provider_document_id=document_id))
+
+    assert (sent.outcome, sent.provider_document_id) == ("sent", "1")
+    (get,) = fake.requests  # no second /send
+    assert (get.method, get.path) == ("GET", "/api/v1/documents/1")
+    (ours,) = [r for r in fake.documents[1]["recipients"] if r["email"] == LEAD_EMAIL]
+    assert sent.signing_url == ours["signingUrl"]
+
+
+def test_resuming_another_leads_document_fails(fake, adapter):
+    document_id = created(fake, adapter)
+    sent = send(adapter, esign_request(fake, external_id="L-2/agreement", provider_document_id=document_id))
+    assert (sent.outcome, sent.reason) == ("failed", "document 1 at Documenso is not this lead's")
+    assert [r.path for r in fake.requests] == ["/api/v1/documents/1"]
+    assert fake.documents[1]["status"] == "DRAFT"
+
+
+def test_resuming_an_unknown_document_fails(fake, adapter):
+    sent = send(adapter, esign_request(fake, provider_document_id="99"))
+    assert (sent.outcome, sent.reason) == ("failed", "document 99 not found at Documenso")
+    assert [r.path for r in fake.requests] == ["/api/v1/documents/99"]
+    assert fake.documents == {}
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_an_outage_while_resuming_is_retried_with_the_same_id(fake, adapter, status):
+    document_id = created(fake, adapter)
+    fake.fail_next(status)
+    sent = send(adapter, esign_request(fake, provider_document_id=document_id))
+    assert (sent.outcome, sent.provider_document_id) == ("retry", "1")
+    assert sent.reason == f"Documenso answered {status} to the document request"
+    fake.stall_next(0)  # the document request
+    fake.fail_next(503)  # its /send
+    sent = send(adapter, esign_request(fake, provider_document_id=document_id))
+    assert (sent.outcome, sent.provider_document_id) == ("retry", "1")
+    assert sent.reason == "Documenso answered 503 to the send request"
+    assert list(fake.documents) == [1] and fake.documents[1]["status"] == "DRAFT"
+
+
+def test_resuming_without_an_api_key_keeps_the_id(fake, adapter):
+    settings = table_for(fake)
+    del settings["api_key"]
+    sent = send(adapter, esign_request(fake, settings=settings, provider_document_id="1"))
+    assert (sent.outcome, sent.provider_document_id) == ("retry", "1")
+    assert fake.requests == []
+
+
+def test_resuming_builds_the_signing_url_from_the_token_when_there_is_no_signing_url(fake, adapter):
+    answer = {"id": 4, "externalId": "L-1/agreement", "status": "PENDING", "recipients": [
+        {"id": 1, "email": "office@example.com", "token": "tok-office", "role": "VIEWER"},
+        {"id": 2, "email": "someone@example.com", "token": "tok-signer", "role": "SIGNER"},
+        {"id": 3, "email": LEAD_EMAIL.upper(), "token": "tok-lead", "role": "SIGNER"}]}
+    fake.fail_next(200, answer)
+    sent = send(adapter, esign_request(fake, provider_document_id="4"))
+    assert (sent.outcome, sent.signing_url) == ("sent", f"{fake.base_url}/sign/tok-lead")
+    fake.fail_next(200, {**answer, "recipients": answer["recipients"][:2]})
+    assert send(adapter, esign_request(fake, provider_document_id="4")).signing_url == f"{fake.base_url}/sign/tok-signer"
+    fake.fail_next(200, {**answer, "recipients": answer["recipients"][:1]})
+    assert send(adapter, esign_request(fake, provider_document_id="4")).signing_url == f"{fake.base_url}/sign/tok-office"
+
+
+@pytest.mark.parametrize("answer, problem", [
+    ("not json", "Documenso's answer to the document request is not a JSON object"),
+    ({"ok": True}, "Documenso's answer to the document request has no externalId"),
+    ({"externalId": "L-1/agreement", "status": "SENT", "recipients": []},
+     "Documenso's answer to the document request has no known status"),
+    ({"externalId": "L-1/agreement", "status": "DRAFT"}, "Documenso's answer to the document request has no recipients"),
+    ({"externalId": "L-1/agreement", "status": "DRAFT", "recipients": [{"email": LEAD_EMAIL}]},
+     "Documenso's answer to the document request has no http(s) signingUrl or token for the lead"),
+    ({"externalId": "L-1/agreement", "status": "DRAFT",
+      "recipients": [{"email": LEAD_EMAIL, "signingUrl": "javascript:alert(1)", "token": ""}]},
+     "Documenso's answer to the document request has no http(s) signingUrl or token for the lead"),
+])
+def test_a_document_answer_that_is_not_as_documented_fails_and_nothing_is_sent(fake, adapter, answer, problem):
+    fake.fail_next(200, answer)
+    sent = send(adapter, esign_request(fake, provider_document_id="5"))
+    assert (sent.outcome, sent.reason) == ("failed", problem)
+    assert len(fake.requests) == 1
+
+
 # ---- callbacks --------------------------------------------------------------------------------------
 
 def test_a_callback_is_verified_by_the_shared_secret(fake, adapter):

@@ -195,6 +195,7 @@ def test_a_document_unsigned_after_expires_in_days_fails_the_lead(live, runtime,
     wait_for(live, tenant, data["leadId"], status_is("document_sent"))
     clock.advance(days=6, hours=23)
     live.app_state.worker.wake()
+    time.sleep(0.3)  # the worker polls every 50 ms: long enough for a job due too early to run
     assert lead_of(live, tenant, data["leadId"])["status"] == "document_sent"
     clock.advance(hours=1, seconds=1)
     lead = wait_for(live, tenant, data["leadId"], status_is("failed"))
@@ -234,6 +235,7 @@ def test_documents_wait_for_the_human_review(live, runtime, documenso):
     data = submit(live, tenant, lead_body("ES1"))
     assert data["status"] == "pending_action"
     live.app_state.worker.wake()
+    time.sleep(0.3)  # the worker polls every 50 ms: long enough for a job that should not exist to run
     assert documenso.requests == []
     decided = live.post(f"/api/v1/leads/{data['leadId']}/approve", json={"status": "approved"},
                         headers=tenant.headers)
@@ -261,6 +263,8 @@ def test_callbacks_that_are_not_verified_or_not_the_tenants_change_nothing(live,
     assert callback(live, tenant, signed, secret="not-the-secret").status_code == 401
     assert callback(live, tenant, signed, tenant_id=other.tenant_id).status_code == 404  # not the other's document
     assert callback(live, tenant, signed, tenant_id="ten_nobody").status_code == 404
+    # Without the secret a tenant that exists and one that does not answer alike.
+    assert callback(live, tenant, signed, tenant_id="ten_nobody", secret=None).status_code == 401
     assert callback(live, tenant, signed, adapter="nosuch").status_code == 404
     assert callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 99, status="COMPLETED")).status_code == 404
     unreadable = callback(live, tenant, b"{not json")
@@ -279,8 +283,12 @@ def test_a_document_naming_an_unknown_field_or_provider_is_refused_at_import(cli
     bad_field = {**RETAINER, "fieldMappingOverrides": [
         {"providerFieldName": "x", "sourceType": "field_library", "sourceValue": "favouriteColour"}]}
     bad_type = {**RETAINER, "type": "paperless"}
+    bad_fallback = {**RETAINER, "fieldMappingOverrides": [
+        {"providerFieldName": "x", "sourceValue": "firstName", "fallbackTemplate": "{{address.state}} {{shoeSize}}"}]}
     for document, named in ((bad_field, "campaigns[0].documents[0].fieldMappingOverrides[0].sourceValue"),
-                            (bad_type, "campaigns[0].documents[0].type")):
+                            (bad_type, "campaigns[0].documents[0].type"),
+                            (bad_fallback, "campaigns[0].documents[0].fieldMappingOverrides[0].fallbackTemplate:"
+                                           " unknown field library key 'shoeSize'")):
         path = tmp_path / "bundle.json"
         path.write_text(json.dumps({"campaigns": [campaign("ES1", "Signed", documents=[document])]}))
         result = cli("import", "--tenant", tenant_id, str(path), expect=1)
@@ -391,3 +399,87 @@ def test_document_ids_that_make_the_same_file_key_are_refused_at_import(cli, tmp
         RETAINER, {**RETAINER, "documentId": "Retainer"}])]}))
     result = cli("import", "--tenant", tenant_id, str(path), expect=1)
     assert "campaigns[0].documents[1].documentId: 'Retainer' makes the same file key as 'retainer'" in result.output
+
+
+def test_a_sent_documents_reference_cannot_be_rewritten_and_a_posted_one_is_not_a_signature(live, runtime,
+                                                                                              documenso):
+    # Another tenant's document is number 1 at the (shared) Documenso account.
+    other = tenant_with(runtime, RETAINER, name="Other")
+    theirs = submit(live, other, lead_body("ES1"))
+    wait_for(live, other, theirs["leadId"], status_is("document_sent"))
+    tenant = tenant_with(runtime, RETAINER, firstIntakeAction={"enabled": True, "action": "human_review"})
+    data = submit(live, tenant, lead_body("ES1"))
+    forged = {"leadId": data["leadId"], "fileKey": "esign_retainer", "fileName": "Retainer", "fileType": "pdf",
+              "documentUrl": "https://files.example.com/r.pdf", "provider": "esign_vendor",
+              "providerDocumentId": "1", "status": "signed"}
+    assert live.post("/api/v1/files", json=forged, headers=tenant.headers).status_code == 201
+    live.post(f"/api/v1/leads/{data['leadId']}/approve", json={"status": "approved"}, headers=tenant.headers)
+    lead = wait_for(live, tenant, data["leadId"], status_is("document_sent"))  # sent for real, not "signed"
+    mine = files_of(live, tenant, data["leadId"])["esign_retainer"]
+    assert mine["providerDocumentId"] == "2" and mine["status"] == "pending"
+    again = live.post("/api/v1/files", json=forged, headers=tenant.headers)
+    assert again.status_code == 409 and again.json()["error"]["code"] == "INVALID_STATE"
+    assert files_of(live, tenant, data["leadId"])["esign_retainer"] == mine
+    callback(live, other, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    wait_for(live, other, theirs["leadId"], status_is("delivered"))
+    assert live.get(f"/api/v1/files/{data['leadId']}/esign_retainer/content", headers=tenant.headers).status_code == 404
+    assert lead_of(live, tenant, data["leadId"])["status"] == lead["status"] == "document_sent"
+
+
+def test_a_rejection_while_documents_wait_stops_the_lead_for_good(live, runtime, documenso):
+    tenant = tenant_with(runtime, RETAINER, firstIntakeAction={"enabled": True, "action": "human_review"})
+    data = submit(live, tenant, lead_body("ES1"))
+    path = f"/api/v1/leads/{data['leadId']}/approve"
+    assert live.post(path, json={"status": "approved"}, headers=tenant.headers).status_code == 200
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    assert live.post(path, json={"status": "pending"}, headers=tenant.headers).status_code == 200
+    assert live.post(path, json={"status": "rejected"}, headers=tenant.headers).status_code == 200
+    assert lead_of(live, tenant, data["leadId"])["status"] == "rejected"
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    lead = wait_for(live, tenant, data["leadId"], lambda lead: "documents_updated" in events(lead))
+    assert lead["status"] == "rejected" and "delivered" not in events(lead)
+
+
+BAD_PLUGIN = '''
+from appliance.sdk import EsignAdapter, EsignSent, hookimpl
+
+class Sloppy(EsignAdapter):
+    name = "sloppy"
+
+    async def send(self, request, http):
+        return EsignSent(outcome="sent", provider_document_id=123, signing_url=["not", "a", "url"])
+
+@hookimpl
+def appliance_esign_adapters(settings):
+    return [Sloppy()]
+'''
+
+
+def test_an_adapters_answer_of_the_wrong_shape_fails_the_document_and_holds_the_lead(runtime, clock, tmp_path):
+    (tmp_path / "plugins").mkdir(exist_ok=True)
+    (tmp_path / "plugins" / "sloppy.py").write_text(BAD_PLUGIN)
+    tenant = tenant_with(runtime, {**RETAINER, "type": "sloppy"})
+    with live_app(runtime, tmp_path) as live:
+        data = submit(live, tenant, lead_body("ES1"))
+        lead = wait_for(live, tenant, data["leadId"], status_is("pending_action"))
+        assert lead["submissions"][-1]["result"].startswith(
+            "document Retainer could not be sent: the sloppy adapter answered a bad result")
+        assert files_of(live, tenant, data["leadId"])["esign_retainer"]["status"] == "failed"
+
+
+def test_a_document_created_whose_sending_failed_is_sent_on_the_retry_not_created_again(live, runtime, clock,
+                                                                                         documenso):
+    documenso.stall_next(0)  # the template: answered
+    documenso.stall_next(0)  # generate-document: answered (the document exists at Documenso)
+    documenso.fail_next(503)  # send: fails
+    tenant = tenant_with(runtime, RETAINER)
+    data = submit(live, tenant, lead_body("ES1"))
+    lead = wait_for(live, tenant, data["leadId"], lambda lead: "esign_error" in events(lead))
+    assert lead["status"] == "pending"
+    assert [d["sent"] for d in documenso.documents.values()] == [False]
+    clock.advance(seconds=11)
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    assert [d["sent"] for d in documenso.documents.values()] == [True]  # the same one, sent
+    reference = files_of(live, tenant, data["leadId"])["esign_retainer"]
+    assert reference["providerDocumentId"] == "1" and reference["signingUrl"]
+    assert "unsent" not in reference["metadata"]

@@ -17,7 +17,19 @@ Sending a document (JSON bodies, `Accept: application/json`):
 2. `POST {base_url}/api/v1/templates/{templateId}/generate-document` with `title`, `externalId`,
    `recipients: [{id, email, name}]` and `formValues` (the document's field values): answers
    `documentId` and the recipients, each with its `signingUrl`.
-3. `POST {base_url}/api/v1/documents/{documentId}/send` with `{"sendEmail": true}`.
+3. `POST {base_url}/api/v1/documents/{documentId}/send` with `{"sendEmail": true}`. When this
+   step comes to `retry`, the retry carries `documentId` as its `provider_document_id`: the
+   document exists, and the next try must not generate another.
+
+Resuming (the request carries `provider_document_id`, a document an earlier try created): no
+template or generate-document request. `GET {base_url}/api/v1/documents/{id}` answers `id`,
+`externalId`, `status` (DRAFT, PENDING, COMPLETED, REJECTED) and `recipients` (`id`, `email`,
+`token`, `role`, ... and perhaps `signingUrl`). An `externalId` other than the request's fails.
+DRAFT: the document is sent (step 3), then `sent`; any other status: it was sent already (the
+answer was lost), `sent` without sending again (what became of it comes by callback). The signing
+URL is that of the recipient with the lead's email (else the first SIGNER, else the first): its
+`signingUrl` when that is an http(s) URL, else `{base_url}/sign/{token}`. Every `retry` while
+resuming carries the id again.
 
 Fetching the signed file: `GET {base_url}/api/v1/documents/{id}/download` answers a `downloadUrl`
 (often another host, such as S3, which gets no Authorization header); that URL serves the PDF.
@@ -197,9 +209,16 @@ class Documenso(sdk.EsignAdapter):
     async def send(self, request: sdk.EsignRequest, http: httpx.AsyncClient) -> sdk.EsignSent:
         call = _prepare(request.settings, http, request.timeout_seconds, request.allow_private_addresses,
                         (request.recipient_email,))
-        done = call if isinstance(call, _Stop) else await _send(call, request)
+        if isinstance(call, _Stop):
+            done: sdk.EsignSent | _Stop = call
+        elif request.provider_document_id:
+            done = await _resume(call, request, request.provider_document_id)
+        else:
+            done = await _send(call, request)
         if isinstance(done, _Stop):
-            return sdk.EsignSent(outcome=done.outcome, reason=done.reason)
+            # A retry of a document that exists keeps its id, so the next try resumes it again.
+            keep = request.provider_document_id if done.outcome == "retry" else None
+            return sdk.EsignSent(outcome=done.outcome, provider_document_id=keep or None, reason=done.reason)
         return done
 
     def verify_callback(self, headers: dict[str, str], body: bytes, settings: dict[str, Any]) -> bool:
@@ -282,11 +301,62 @@ async def _send(call: _Call, request: sdk.EsignRequest) -> sdk.EsignSent | _Stop
     if not _web_url(signing_url):
         return _Stop("failed", f"{NAME}'s answer to the generate-document request has no http(s) signingUrl")
 
-    answer = await _call(call, "POST", f"{base}/api/v1/documents/{document_id}/send", "send request",
-                         not_found=f"document {document_id} not found at {NAME}", body={"sendEmail": True})
+    answer = await _send_document(call, str(document_id))
     if isinstance(answer, _Stop):
+        if answer.outcome == "retry":  # the document exists: the next try resumes it, never another
+            return sdk.EsignSent(outcome="retry", provider_document_id=str(document_id), reason=answer.reason)
         return answer
     return sdk.EsignSent(outcome="sent", provider_document_id=str(document_id), signing_url=signing_url)
+
+
+async def _send_document(call: _Call, document_id: str) -> Answer | _Stop:
+    base = call.settings.base_url.rstrip("/")
+    return await _call(call, "POST", f"{base}/api/v1/documents/{quote(document_id, safe='')}/send",
+                       "send request", not_found=f"document {document_id[:100]} not found at {NAME}",
+                       body={"sendEmail": True})
+
+
+_STATUSES: Final = ("DRAFT", "PENDING", "COMPLETED", "REJECTED")
+
+
+async def _resume(call: _Call, request: sdk.EsignRequest, document_id: str) -> sdk.EsignSent | _Stop:
+    """Finish a send an earlier try began: the document `document_id` exists at Documenso."""
+    base = call.settings.base_url.rstrip("/")
+    shown = f"document {document_id[:100]}"
+    answer = await _call(call, "GET", f"{base}/api/v1/documents/{quote(document_id, safe='')}",
+                         "document request", not_found=f"{shown} not found at {NAME}")
+    if isinstance(answer, _Stop):
+        return answer
+    data = _json(answer.body)
+    what = f"{NAME}'s answer to the document request"
+    if not isinstance(data, dict):
+        return _Stop("failed", f"{what} is not a JSON object")
+    if "externalId" not in data:
+        return _Stop("failed", f"{what} has no externalId")
+    if data["externalId"] != request.external_id:
+        return _Stop("failed", f"{shown} at {NAME} is not this lead's")
+    status = data.get("status")
+    if status not in _STATUSES:
+        return _Stop("failed", f"{what} has no known status")
+    recipients = data.get("recipients")
+    if not isinstance(recipients, list) or not recipients or not all(isinstance(r, dict) for r in recipients):
+        return _Stop("failed", f"{what} has no recipients")
+    email = request.recipient_email.casefold()
+    ours = next((r for r in recipients if isinstance(r.get("email"), str) and r["email"].casefold() == email),
+                next((r for r in recipients if r.get("role") == "SIGNER"), recipients[0]))
+    signing_url = ours.get("signingUrl")
+    if not _web_url(signing_url):
+        token = ours.get("token")
+        signing_url = f"{base}/sign/{quote(token, safe='')}" if isinstance(token, str) and token else None
+        if not _web_url(signing_url):
+            return _Stop("failed", f"{what} has no http(s) signingUrl or token for the lead")
+
+    if status == "DRAFT":  # created, never sent
+        sent = await _send_document(call, document_id)
+        if isinstance(sent, _Stop):
+            return sent
+    # PENDING, COMPLETED, REJECTED: sent already (the answer was lost); callbacks tell the rest.
+    return sdk.EsignSent(outcome="sent", provider_document_id=document_id, signing_url=signing_url)
 
 
 async def _fetch(call: _Call, provider_document_id: str) -> bytes | _Stop:

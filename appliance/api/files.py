@@ -21,9 +21,11 @@ TAGS = ["Files"]  # this module's group in the OpenAPI document
       summary="Create or replace a file reference", tags=TAGS,
       description=("Stores the reference to a lead's document (its URL, name and type) under a file key: 201 when "
                    "new, 200 with the same fileId when it replaced one. A lead that is not the tenant's is a 400 "
-                   "naming leadId."),
+                   "naming leadId; a document the appliance sent for e-signature under that key is a 409 "
+                   "INVALID_STATE (its provider's callbacks change it)."),
       status_code=201,
-      opt={"body": files.FileBody, "data": files.FileReference, "status": 201, "also_status": [200]})
+      opt={"body": files.FileBody, "data": files.FileReference, "status": 201, "also_status": [200],
+           "errors": ["INVALID_STATE"]})
 async def upsert_file(request: Request) -> Response:
     """Creates (201) or updates (200, same fileId) the file reference of (leadId, fileKey)."""
     who = principal(request.scope)

@@ -11,9 +11,9 @@ from __future__ import annotations
 from appliance.domain.lead import Approval, ApprovalStatus
 
 # The statuses of a lead whose delivery an approval still governs: held, cleared and waiting to
-# be sent, waiting for a window, or refused. Not `delivered` nor `returned`: a decision never
-# changes a lead a buyer took or sent back.
-GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejected"})
+# be sent (or for its documents to be signed), waiting for a window, or refused. Not `delivered`
+# nor `returned`: a decision never changes a lead a buyer took or sent back.
+GOVERNED_STATUSES = frozenset({"pending_action", "qualified", "queued", "rejected", "document_sent", "signed"})
 
 
 def too_late(decision: ApprovalStatus, lead_status: str, *, delivery_running: bool) -> str | None:

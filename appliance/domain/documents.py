@@ -81,6 +81,11 @@ def field_values(overrides: Sequence[MappingOverride], facts: Mapping[str, Any],
     return values
 
 
+def placeholders(template: str) -> list[str]:
+    """The field keys a `{{key}}` template reads."""
+    return _PLACEHOLDER.findall(template)
+
+
 def _value_of(facts: Mapping[str, Any], key: str, today: date) -> str | None:
     """A field library key's value: a submit body path, or a questionnaire answer's key."""
     value = resolve(facts, key, today)

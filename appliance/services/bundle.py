@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec.structs import replace
 
-from appliance.domain.documents import adapter_of, file_key_of
+from appliance.domain.documents import adapter_of, file_key_of, placeholders
 from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
@@ -332,7 +332,15 @@ def _document_problems(bundle: TenantBundle, field_keys: frozenset[str] | None,
             if d.auto_send and d.is_active and not d.sign_template_id:
                 problems.append(f"{path}.signTemplateId: required for a document sent automatically")
             for k, o in enumerate(d.field_mapping_overrides):
-                if o.source_type != "field_library" or field_keys is None:
+                if field_keys is None:
+                    continue
+                where = f"{path}.fieldMappingOverrides[{k}]"
+                for name, text in (("sourceValue", o.source_value if o.source_type == "template" else None),
+                                   ("fallbackTemplate", o.fallback_template)):
+                    problems += [f"{where}.{name}: unknown field library key {key!r}" for key in
+                                 placeholders(text or "") if key not in field_keys
+                                 and not key.startswith("questionnaire.")]
+                if o.source_type != "field_library":
                     continue
                 if not o.source_value:
                     problems.append(f"{path}.fieldMappingOverrides[{k}].sourceValue: required: the field library key"

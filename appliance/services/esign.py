@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import msgspec
@@ -42,6 +43,8 @@ from appliance.ids import new_id
 from appliance.model import Model
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
+from appliance.adapters.outbound import Scrubber
+from appliance.domain.lead import Submission
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.files import FileReference, url_problem
 from appliance.services.users import base_url
@@ -53,6 +56,7 @@ DEFAULT_TIMEOUT_SECONDS = 10.0
 DEADLINE_MARGIN = 2.0  # seconds beyond the adapter's own timeout before the job gives up on it
 _decode_reference = msgspec.json.Decoder(FileReference).decode
 _encode = msgspec.json.Encoder().encode
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 
 
 class CallbackAnswer(Model):
@@ -85,27 +89,40 @@ async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrit
     for document in documents if attempt.lead.status in WAITING else ():
         key = file_key_of(document)
         stored = references.get(key)
-        if stored is not None and not _send_again(stored, attempt.submission.submission_id):
+        unsent = stored is not None and stored.reference.metadata.get("unsent") is True
+        if stored is not None and not unsent and not _send_again(stored, document, attempt.submission):
             continue
-        sent = await _send(runtime, registry, attempt, document, key, http)
+        external_id = stored.reference.metadata.get("externalId") if unsent else \
+            f"{lead_id}/{key}" + ("" if stored is None else f"/{attempt.submission.submission_id}")
+        sent = await _send(runtime, registry, attempt, document, str(external_id),
+                           stored.provider_document_id if unsent else None, http)
         if sent.outcome == "retry":
             reason = f"document {_name(document)} could not be sent: {sent.reason}"
-            await write(job, lambda tx: _try_later(tx, clock, attempt, reason, "pending"))
+
+            def later(tx: Session, sent: sdk.EsignSent = sent) -> None:
+                if sent.provider_document_id:  # created at the provider: the next try sends that one
+                    _record_sent(tx, runtime, attempt, document, key, str(external_id), sent)
+                _try_later(tx, clock, attempt, reason, "pending")
+
+            await write(job, later)
             return
-        references[key] = await write(job, lambda tx: _record_sent(tx, runtime, attempt, document, key, sent))
+        references[key] = await write(job, lambda tx: _record_sent(tx, runtime, attempt, document, key,
+                                                                   str(external_id), sent))
 
     kept = runtime.store.reader().files.kept_ids(tenant_id, lead_id)
     for document in documents:
-        reference = references.get(file_key_of(document))
-        if reference is None or reference.status != "signed" or reference.file_id in kept \
-                or (reference.metadata or {}).get("problem"):
+        stored = references.get(file_key_of(document))
+        if stored is None or stored.reference.status != "signed" or stored.reference.file_id in kept \
+                or stored.reference.metadata.get("problem"):
             continue
-        fetched = await _fetch(runtime, registry, document, reference, http)
-        if fetched.outcome == "retry":
+        fetched = await _fetch(runtime, registry, document, stored, http)
+        if fetched.outcome == "retry" and job.attempts <= len(RETRY_SCHEDULE):
             reason = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}"
             await write(job, lambda tx: _try_later(tx, clock, attempt, reason, None))
             return
-        await write(job, lambda tx: _record_fetched(tx, clock, attempt, document, reference.file_key, fetched))
+        if fetched.outcome == "retry":  # tried for a day and a half: noted, and the lead goes on
+            fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried {job.attempts} times")
+        await write(job, lambda tx: _record_fetched(tx, clock, attempt, document, stored.reference.file_key, fetched))
 
     await write(job, lambda tx: _conclude(tx, clock, attempt, documents))
 
@@ -114,19 +131,40 @@ def _name(document: CampaignDocument) -> str:
     return document.name or document.document_id
 
 
-def _references(tx: Session, tenant_id: str, lead_id: str) -> dict[str, FileReference]:
-    return {ref.file_key: ref for ref in map(_decode_reference, tx.files.docs_of(tenant_id, lead_id))}
+class Managed(NamedTuple):
+    """A file reference this step wrote (its `esign_ref` set; the files API cannot change it),
+    and the provider's id of its document as this step recorded it."""
+    reference: FileReference
+    provider_document_id: str | None
 
 
-def _send_again(reference: FileReference, submission_id: str) -> bool:
-    """A document sent for an earlier submission that ended declined, expired or failed is sent
-    again for a new one (a new submission is a new chance); otherwise it is sent once."""
-    metadata = reference.metadata or {}
-    return reference.status in ("declined", "expired", "failed") and metadata.get("submissionId") != submission_id
+def _references(tx: Session, tenant_id: str, lead_id: str) -> dict[str, Managed]:
+    """The lead's documents sent for e-signature by file key: only references this step wrote
+    count (one a tenant posted under the same key is not a sent document)."""
+    refs = tx.files.esign_refs_of(tenant_id, lead_id)
+    found: dict[str, Managed] = {}
+    for reference in map(_decode_reference, tx.files.docs_of(tenant_id, lead_id)):
+        esign_ref = refs.get(reference.file_id)
+        if esign_ref is not None:
+            reference = msgspec.structs.replace(reference, metadata=reference.metadata or {})
+            found[reference.file_key] = Managed(reference, esign_ref.partition(":")[2] or None)
+    return found
 
 
-async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document: CampaignDocument, key: str,
-                http: httpx.AsyncClient) -> sdk.EsignSent:
+def _send_again(stored: Managed, document: CampaignDocument, submission: Submission) -> bool:
+    """A document is sent once per lead. Sent again: one that ended declined, expired or failed
+    for an earlier submission (a new submission is a new chance), and one sent for another
+    campaign's document or template under the same id (a signature counts for what was signed)."""
+    metadata = stored.reference.metadata or {}
+    if metadata.get("campaignId") != submission.campaign.campaign_id \
+            or metadata.get("signTemplateId") != document.sign_template_id:
+        return metadata.get("submissionId") != submission.submission_id
+    return stored.reference.status in ("declined", "expired", "failed") \
+        and metadata.get("submissionId") != submission.submission_id
+
+
+async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document: CampaignDocument,
+                external_id: str, resume_id: str | None, http: httpx.AsyncClient) -> sdk.EsignSent:
     name = adapter_of(document)
     adapter = registry.esign_adapter(name)
     if adapter is None:
@@ -139,7 +177,8 @@ async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document
     settings = registry.adapter_settings("esign", name)
     timeout = _timeout(settings)
     request = sdk.EsignRequest(
-        template_id=document.sign_template_id, title=_name(document), external_id=f"{lead.lead_id}/{key}",
+        template_id=document.sign_template_id, title=_name(document), external_id=external_id,
+        provider_document_id=resume_id,
         recipient_email=lead.email, recipient_name=" ".join(p for p in (lead.first_name, lead.last_name) if p) or None,
         fields=field_values(document.field_mapping_overrides, facts_of(lead), attempt.now.date()),
         settings=settings, timeout_seconds=timeout,
@@ -152,8 +191,13 @@ async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document
         problem = registry.describe_error(exc, _plugin_of(registry, name))
         log.error("e-signature adapter %r raised %s", name, problem)
         return sdk.EsignSent(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
-    if not isinstance(sent, sdk.EsignSent):
-        return sdk.EsignSent(outcome="failed", reason=f"the {name} adapter answered {type(sent).__name__}")
+    try:  # a plugin's struct is not type-checked when built: checked here, before anything is kept
+        sent = msgspec.convert(msgspec.to_builtins(sent), sdk.EsignSent) if isinstance(sent, sdk.EsignSent) else None
+    except (msgspec.ValidationError, TypeError) as exc:
+        return sdk.EsignSent(outcome="failed", reason=f"the {name} adapter answered a bad result ({exc})")
+    if sent is None:
+        return sdk.EsignSent(outcome="failed", reason=f"the {name} adapter answered something other than EsignSent")
+    sent = msgspec.structs.replace(sent, reason=_clean(sent.reason, settings, lead.email))
     if sent.outcome == "sent" and not sent.provider_document_id:
         return sdk.EsignSent(outcome="failed", reason=f"{name} answered without a document id")
     if sent.outcome == "sent" and sent.signing_url is not None and url_problem(sent.signing_url):
@@ -161,17 +205,17 @@ async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document
     return sent
 
 
-async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocument, reference: FileReference,
+async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocument, stored: Managed,
                  http: httpx.AsyncClient) -> sdk.EsignFetched:
-    name = adapter_of(document)
+    name = str(stored.reference.metadata.get("adapter") or adapter_of(document))
     adapter = registry.esign_adapter(name)
-    if adapter is None or not reference.provider_document_id:
+    if adapter is None or not stored.provider_document_id:
         return sdk.EsignFetched(outcome="failed", reason=f"no e-signature adapter named {name!r} is loaded")
     settings = registry.adapter_settings("esign", name)
     timeout = _timeout(settings)
     try:
         fetched = await asyncio.wait_for(adapter.fetch_signed(
-            reference.provider_document_id, settings, http, timeout_seconds=timeout,
+            stored.provider_document_id, settings, http, timeout_seconds=timeout,
             allow_private_addresses=runtime.config.delivery.allow_private_addresses), timeout * 2 + DEADLINE_MARGIN)
     except TimeoutError:
         return sdk.EsignFetched(outcome="retry", reason=f"{name} did not answer within {timeout:g} s")
@@ -179,9 +223,22 @@ async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocumen
         problem = registry.describe_error(exc, _plugin_of(registry, name))
         log.error("e-signature adapter %r raised %s", name, problem)
         return sdk.EsignFetched(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
-    if not isinstance(fetched, sdk.EsignFetched) or (fetched.outcome == "fetched" and not fetched.content):
+    if not isinstance(fetched, sdk.EsignFetched) or fetched.outcome not in ("fetched", "retry", "failed") \
+            or not isinstance(fetched.reason, (str, type(None))) or not isinstance(fetched.content_type, str) \
+            or (fetched.outcome == "fetched" and not isinstance(fetched.content, bytes | bytearray)) \
+            or (fetched.outcome == "fetched" and not fetched.content):
         return sdk.EsignFetched(outcome="failed", reason=f"{name} answered no file")
-    return fetched
+    return msgspec.structs.replace(fetched, reason=_clean(fetched.reason, settings, None),
+                                   content=bytes(fetched.content) if fetched.content is not None else None)
+
+
+def _clean(text: str | None, settings: dict[str, Any], email: str | None) -> str | None:
+    """A plugin's words as they are kept and logged: no configured value (a token, a secret) and
+    no lead's email in them, no control characters, at most 500 characters."""
+    if text is None:
+        return None
+    scrub = Scrubber([v for v in settings.values() if isinstance(v, str)] + ([email] if email else []))
+    return _CONTROL.sub(" ", scrub(text) or "")[:500]
 
 
 def _timeout(settings: dict[str, Any]) -> float:
@@ -210,7 +267,7 @@ def _try_later(tx: Session, clock: Clock, attempt: Attempt, reason: str, status:
 
 
 def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: CampaignDocument, key: str,
-                 sent: sdk.EsignSent) -> FileReference:
+                 external_id: str, sent: sdk.EsignSent) -> Managed:
     clock = runtime.clock
     now_dt = clock.now()
     now = iso(now_dt)
@@ -219,10 +276,13 @@ def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: Camp
     runs_out = expires_at(document, now_dt)
     metadata: dict[str, Any] = {
         "documentId": document.document_id, "adapter": adapter, "required": document.required,
-        "submissionId": attempt.submission.submission_id, "sentAt": now,
+        "campaignId": attempt.submission.campaign.campaign_id, "signTemplateId": document.sign_template_id,
+        "submissionId": attempt.submission.submission_id, "externalId": external_id, "sentAt": now,
         "expiresAt": iso(runs_out) if runs_out is not None else None}
     if sent.outcome == "sent":
         status = "pending"
+    elif sent.outcome == "retry":  # created at the provider, not yet known to be sent
+        status, metadata["unsent"] = "pending", True
     else:
         status, metadata["problem"] = "failed", f"could not be sent: {sent.reason or 'the provider refused it'}"
     stored = tx.files.find(tenant_id, lead_id, key)
@@ -231,9 +291,10 @@ def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: Camp
         file_id=previous.file_id if previous else new_id("file"), lead_id=lead_id, file_key=key,
         file_name=_name(document), file_type="pdf", document_url=content_url(runtime, lead_id, key),
         signing_url=sent.signing_url if sent.outcome == "sent" else None, status=status, provider="esign_vendor",
-        provider_document_id=sent.provider_document_id if sent.outcome == "sent" else None, metadata=metadata,
+        provider_document_id=sent.provider_document_id if sent.outcome != "failed" else None, metadata=metadata,
         created_at=previous.created_at if previous else now, updated_at=now)
-    esign_ref = f"{adapter}:{sent.provider_document_id}" if sent.outcome == "sent" else None
+    # Marks the reference as this step's (the files API leaves it alone), with the provider's id.
+    esign_ref = f"{adapter}:{sent.provider_document_id or ''}"
     if previous is None:
         tx.files.insert(tenant_id, file_id=reference.file_id, lead_id=lead_id, file_key=key, created_at=now,
                         doc=_encode(reference), esign_ref=esign_ref)
@@ -241,13 +302,15 @@ def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: Camp
         tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(reference))
         tx.files.set_esign_ref(tenant_id, reference.file_id, esign_ref)
     details = {"documentId": document.document_id, "fileKey": key, "providerDocumentId": sent.provider_document_id}
+    if sent.outcome == "retry":
+        return Managed(reference, sent.provider_document_id)
     if sent.outcome == "sent":
         settle(tx, clock, attempt, None, None, f"document {_name(document)} sent for signature", job_state=None,
                event_kind="document_sent", details=details)
     else:
         settle(tx, clock, attempt, None, None, f"document {_name(document)} {metadata['problem']}",
                job_state=None, event_kind="document_failed", details=details)
-    return reference
+    return Managed(reference, sent.provider_document_id)
 
 
 def content_url(runtime: Runtime, lead_id: str, key: str) -> str:
@@ -289,9 +352,10 @@ def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[Campa
     kept = tx.files.kept_ids(tenant_id, lead_id)
     sent: list[Sent] = []
     for document in documents:
-        reference = references.get(file_key_of(document))
-        if reference is None:
+        stored = references.get(file_key_of(document))
+        if stored is None:
             continue
+        reference = stored.reference
         metadata = reference.metadata or {}
         sent.append(Sent(document.document_id, _name(document), document.required, reference.status,
                          metadata.get("expiresAt"), metadata.get("problem"), metadata.get("reason"),
@@ -299,7 +363,7 @@ def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[Campa
     decided = verdict(sent, now)
     for document in documents:
         if document.document_id in decided.expired:
-            _expire(tx, clock, now, attempt, references[file_key_of(document)], document)
+            _expire(tx, clock, now, attempt, references[file_key_of(document)].reference, document)
     if decided.outcome == "fetch":  # signed since the fetch step: fetch it now
         tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
         return
@@ -353,12 +417,9 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
     if adapter is None:
         log.warning("e-signature callback for an unknown adapter (%d bytes)", len(body))
         raise NotFound()
-    reader = runtime.store.reader()
-    if not reader.tenants.tenant_exists(tenant_id):
-        log.warning("e-signature callback from %s for an unknown tenant", adapter_name)
-        raise NotFound()
-    try:
-        verified = bool(adapter.verify_callback(headers, body, registry.adapter_settings("esign", adapter_name)))
+    settings = registry.adapter_settings("esign", adapter_name)
+    try:  # first: without the provider's secret, nothing is told, not even whether a tenant exists
+        verified = bool(adapter.verify_callback(headers, body, settings))
     except Exception as exc:  # a plugin's bug counts as unverified
         log.error("e-signature adapter %r: verify_callback raised %s", adapter_name,
                   registry.describe_error(exc, _plugin_of(registry, adapter_name)))
@@ -366,17 +427,24 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
     if not verified:
         log.warning("e-signature callback from %s for tenant %s refused: not verified", adapter_name, tenant_id)
         raise Unauthorized(challenge=f'{adapter_name} realm="appliance"')
+    if not runtime.store.reader().tenants.tenant_exists(tenant_id):
+        log.warning("e-signature callback from %s for an unknown tenant", adapter_name)
+        raise NotFound()
     try:
         read = adapter.read_callback(body)
     except Exception as exc:  # a plugin's bug: the body is taken as unreadable
         log.error("e-signature adapter %r: read_callback raised %s", adapter_name,
                   registry.describe_error(exc, _plugin_of(registry, adapter_name)))
         read = None
-    if not isinstance(read, sdk.EsignCallback) or not read.provider_document_id:
+    try:  # a plugin's struct is not type-checked when built
+        read = msgspec.convert(msgspec.to_builtins(read), sdk.EsignCallback) \
+            if isinstance(read, sdk.EsignCallback) else None
+    except (msgspec.ValidationError, TypeError):
+        read = None
+    if read is None or not read.provider_document_id:
         log.warning("e-signature callback from %s for tenant %s refused: unreadable body", adapter_name, tenant_id)
         raise ValidationFailed([f"body: not a {adapter_name} callback this appliance can read"])
-    if read.status is not None and read.status not in sdk.ESIGN_STATUSES:
-        raise ValidationFailed([f"status: unknown e-signature status {read.status!r}"])
+    reason = _clean(read.reason, settings, None)
     esign_ref = f"{adapter_name}:{read.provider_document_id}"
     now = iso(runtime.clock.now())
 
@@ -389,8 +457,8 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
         if read.status is None or not moves(reference.status, read.status):
             return CallbackAnswer(received=True, changed=False, status=reference.status), False
         metadata = dict(reference.metadata or {})
-        if read.reason:
-            metadata["reason"] = read.reason[:500]
+        if reason:
+            metadata["reason"] = reason
         moved = msgspec.structs.replace(reference, status=read.status, updated_at=now, metadata=metadata,
                                         signed_at=now if read.status == "signed" else reference.signed_at)
         tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now, doc=_encode(moved))
@@ -406,7 +474,8 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
                           details={"documentId": metadata.get("documentId"), "fileKey": reference.file_key,
                                    "providerDocumentId": reference.provider_document_id})]))
             # A final status: the job decides again (or, past the documents, keeps a signed file).
-            if read.status in FINAL:
+            # A submission still being evaluated gets its documents job from its evaluation.
+            if read.status in FINAL and not tx.jobs.has_open_job(submission.submission_id, "evaluate"):
                 woken = tx.jobs.wake_waiting(submission.submission_id, ESIGN_JOB, now) > 0
                 if not woken and not tx.jobs.has_open_job(submission.submission_id, ESIGN_JOB):
                     tx.jobs.insert_job(tenant_id=tenant_id, kind=ESIGN_JOB, lead_id=lead_id,

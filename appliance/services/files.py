@@ -27,7 +27,7 @@ import msgspec
 from msgspec import Meta
 
 from appliance.clock import iso
-from appliance.errors import NotFound, ValidationFailed
+from appliance.errors import InvalidState, NotFound, ValidationFailed
 from appliance.ids import new_id
 from appliance.services.lead_updates import parse_iso
 from appliance.model import Model
@@ -138,6 +138,10 @@ async def upsert(runtime: Runtime, tenant_id: str, body: FileBody) -> tuple[File
         if not tx.leads.lead_exists(tenant_id, body.lead_id):
             raise ValidationFailed(["leadId: unknown lead"])
         stored = tx.files.find(tenant_id, body.lead_id, body.file_key)
+        if stored is not None and tx.files.is_esign_managed(tenant_id, body.lead_id, body.file_key):
+            # Its status and provider ids are the provider's word (through its callbacks): a
+            # reference that could be rewritten here could claim a signature, or another's file.
+            raise InvalidState(["fileKey: a document sent for e-signature; only its provider's callbacks change it"])
         given = {"file_name": body.file_name, "file_type": file_type, "document_url": body.document_url}
         optional = {"signing_url": body.signing_url, "status": body.status, "provider": body.provider,
                     "provider_document_id": body.provider_document_id, "signed_at": signed_at,

@@ -37,6 +37,17 @@ class Files:
         self._conn.execute("UPDATE files SET esign_ref = ? WHERE file_id = ? AND tenant_id = ?",
                            (esign_ref, file_id, tenant_id))
 
+    def esign_refs_of(self, tenant_id: str, lead_id: str) -> dict[str, str]:
+        """file id -> esign_ref of the lead's references the e-signature step wrote."""
+        return dict(self._conn.execute(
+            "SELECT file_id, esign_ref FROM files WHERE tenant_id = ? AND lead_id = ? AND esign_ref IS NOT NULL",
+            (tenant_id, lead_id)).fetchall())
+
+    def is_esign_managed(self, tenant_id: str, lead_id: str, file_key: str) -> bool:
+        return self._conn.execute(
+            "SELECT 1 FROM files WHERE tenant_id = ? AND lead_id = ? AND file_key = ? AND esign_ref IS NOT NULL",
+            (tenant_id, lead_id, file_key)).fetchone() is not None
+
     def find_by_esign_ref(self, tenant_id: str, esign_ref: str) -> tuple[str, bytes] | None:
         """(lead id, file reference) of the document a provider calls `esign_ref`."""
         found = self._conn.execute(
