@@ -483,3 +483,64 @@ def test_a_document_created_whose_sending_failed_is_sent_on_the_retry_not_create
     reference = files_of(live, tenant, data["leadId"])["esign_retainer"]
     assert reference["providerDocumentId"] == "1" and reference["signingUrl"]
     assert "unsent" not in reference["metadata"]
+
+
+def test_a_signature_counts_only_for_the_template_signed(live, runtime, documenso):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("ES1", "Retainers", delivery={"deliveryEndpointId": "ep"}, documents=[RETAINER]),
+        campaign("ES2", "Other retainers", delivery={"deliveryEndpointId": "ep"},
+                 documents=[{**RETAINER, "signTemplateId": "tpl-notice"}])]})
+    first = lead_body("ES1")
+    data = submit(live, tenant, first)
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    submit(live, tenant, {**first, "campaignId": "ES2", "leadId": data["leadId"]})
+    lead = wait_for(live, tenant, data["leadId"], lambda lead: len(lead["submissions"]) == 2
+                    and lead["status"] == "document_sent")
+    assert [d["templateId"] for d in documenso.documents.values()] == ["tpl-retainer", "tpl-notice"]
+    assert documenso.documents[2]["externalId"] == \
+        f"{data['leadId']}/esign_retainer/{lead['submissions'][-1]['submissionId']}"
+    reference = files_of(live, tenant, data["leadId"])["esign_retainer"]
+    assert reference["providerDocumentId"] == "2" and reference["signedAt"] is None
+    content = f"/api/v1/files/{data['leadId']}/esign_retainer/content"
+    assert live.get(content, headers=tenant.headers).status_code == 404  # the first document's file is gone
+    documenso.signed_pdf = b"%PDF-1.7 the second retainer"
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 2, status="COMPLETED"))
+    wait_for(live, tenant, data["leadId"], lambda lead: lead["status"] == "delivered" and len(lead["submissions"]) == 2)
+    assert live.get(content, headers=tenant.headers).content == b"%PDF-1.7 the second retainer"
+
+
+def test_a_callback_for_a_document_whose_sending_was_unconfirmed_counts(live, runtime, clock, documenso):
+    documenso.stall_next(0)
+    documenso.stall_next(0)
+    documenso.fail_next(503)  # the send's answer is lost: the document may have gone out
+    tenant = tenant_with(runtime, RETAINER)
+    data = submit(live, tenant, lead_body("ES1"))
+    wait_for(live, tenant, data["leadId"], lambda lead: "esign_error" in events(lead))
+    assert callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED")).json()["data"] \
+        == {"received": True, "changed": True, "status": "signed"}
+    clock.advance(seconds=11)
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert "document_signed" in events(lead)
+    reference = files_of(live, tenant, data["leadId"])["esign_retainer"]
+    assert reference["status"] == "signed" and reference["signedAt"] is not None
+    assert len(documenso.documents) == 1
+
+
+def test_a_rejection_while_the_provider_is_down_stops_the_documents(live, runtime, clock, documenso):
+    tenant = tenant_with(runtime, RETAINER, firstIntakeAction={"enabled": True, "action": "human_review"})
+    data = submit(live, tenant, lead_body("ES1"))
+    path = f"/api/v1/leads/{data['leadId']}/approve"
+    documenso.down = True
+    assert live.post(path, json={"status": "approved"}, headers=tenant.headers).status_code == 200
+    wait_for(live, tenant, data["leadId"], lambda lead: "esign_error" in events(lead))
+    assert lead_of(live, tenant, data["leadId"])["status"] == "pending"
+    assert live.post(path, json={"status": "pending"}, headers=tenant.headers).status_code == 200
+    assert live.post(path, json={"status": "rejected"}, headers=tenant.headers).status_code == 200
+    documenso.down = False
+    clock.advance(seconds=11)
+    live.app_state.worker.wake()
+    time.sleep(0.3)
+    assert lead_of(live, tenant, data["leadId"])["status"] == "rejected"
+    assert documenso.documents == {}

@@ -43,6 +43,12 @@ def status_after_decision(lead_status: str, decision: ApprovalStatus) -> str:
     return "pending_action"
 
 
+def holds_documents(approval: Approval | None) -> bool:
+    """Whether a lead's documents must not be sent or settled now: a person's decision on it is
+    open or refused (a decision made while they were under way stops them where they are)."""
+    return approval is not None and approval.status in ("pending", "rejected")
+
+
 def holds_delivery(approval: Approval | None, lead_status: str) -> bool:
     """Whether a delivery job of the lead must not send now: its approval is open or refused and
     the lead waits on it."""

@@ -18,7 +18,7 @@ FINAL = frozenset({"signed", "declined", "expired", "failed"})
 # A provider's statuses in the order a document goes through them; a final one never changes.
 _RANK = {"pending": 0, "viewed": 1, "in_progress": 2, "signed": 3, "declined": 3, "expired": 3, "failed": 3}
 _KEY_UNSAFE = re.compile(r"[^a-z0-9_]+")
-_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_.\[\]-]+)\s*\}\}")
+_PLACEHOLDER = re.compile(r"\{\{\s*([^{}]+?)\s*\}\}")
 
 
 def adapter_of(document: CampaignDocument) -> str:

@@ -61,7 +61,10 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
             raise InvalidState([f"approval: the decision is already {current}; reset it to pending first"])
         approval = Approval(status=body.status, campaign_id=lead.approval.campaign_id, decided_at=now,
                             decided_by=decided_by, reason=body.reason)
-        status = status_after_decision(lead.status, body.status)
+        # A qualified lead whose documents wait for their provider is `pending`: still governed.
+        governed = "qualified" if lead.status == "pending" and submission is not None \
+            and tx.jobs.has_open_job(submission.submission_id, ESIGN_JOB) else lead.status
+        status = status_after_decision(governed, body.status)
         if submission is not None:
             if status in ("pending_action", "rejected") and status != lead.status:
                 tx.jobs.cancel_waiting_jobs(submission.submission_id, now)  # none runs: refused above

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 import httpx
@@ -32,6 +32,7 @@ import msgspec
 from appliance import sdk
 from appliance.clock import Clock, iso
 from appliance.domain.campaign import CampaignDocument
+from appliance.domain.approval import holds_documents
 from appliance.domain.documents import (
     ESIGN_JOB, FINAL, WAITING, Sent, adapter_of, applicable, expires_at, field_values, file_key_of, moves, verdict,
 )
@@ -47,6 +48,7 @@ from appliance.adapters.outbound import Scrubber
 from appliance.domain.lead import Submission
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.files import FileReference, url_problem
+from appliance.services.lead_updates import parse_iso
 from appliance.services.users import base_url
 from appliance.storage import Job, Session
 
@@ -54,6 +56,7 @@ log = logging.getLogger("appliance.esign")
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 DEADLINE_MARGIN = 2.0  # seconds beyond the adapter's own timeout before the job gives up on it
+RETRY_HOURS = sum(RETRY_SCHEDULE) / 3600  # how long a provider is tried before the step gives up
 _decode_reference = msgspec.json.Decoder(FileReference).decode
 _encode = msgspec.json.Encoder().encode
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
@@ -84,30 +87,40 @@ async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrit
     tenant_id, lead_id = job.tenant_id, job.lead_id
     references = _references(runtime.store.reader(), tenant_id, lead_id)
 
-    # Only a lead still settling its documents is sent any (a late callback also wakes the job of a
-    # lead already past them, to keep a signed file).
-    for document in documents if attempt.lead.status in WAITING else ():
+    for document in documents:
+        # Only a lead still settling its documents is sent any, read again before each (a person
+        # may have decided meanwhile; a late callback also wakes the job of a lead past them, to
+        # keep a signed file).
+        if not _settling(runtime.store.reader(), attempt):
+            break
         key = file_key_of(document)
         stored = references.get(key)
-        unsent = stored is not None and stored.reference.metadata.get("unsent") is True
-        if stored is not None and not unsent and not _send_again(stored, document, attempt.submission):
+        resume = stored.provider_document_id if stored is not None and _resumable(stored, document, attempt) \
+            else None
+        if stored is not None and resume is None and not _send_again(stored, document, attempt.submission):
             continue
-        external_id = stored.reference.metadata.get("externalId") if unsent else \
+        external_id = str(stored.reference.metadata.get("externalId")) if resume is not None else \
             f"{lead_id}/{key}" + ("" if stored is None else f"/{attempt.submission.submission_id}")
-        sent = await _send(runtime, registry, attempt, document, str(external_id),
-                           stored.provider_document_id if unsent else None, http)
+        sent = await _send(runtime, registry, attempt, document, external_id, resume, http)
+        if resume is not None and sent.provider_document_id is None:
+            # The document exists at the provider whatever this try came to: keep its id, so
+            # its callbacks still find it.
+            sent = msgspec.structs.replace(sent, provider_document_id=resume)
         if sent.outcome == "retry":
             reason = f"document {_name(document)} could not be sent: {sent.reason}"
 
             def later(tx: Session, sent: sdk.EsignSent = sent) -> None:
+                if not _settling(tx, attempt):
+                    _leave(tx, clock, attempt)
+                    return
                 if sent.provider_document_id:  # created at the provider: the next try sends that one
-                    _record_sent(tx, runtime, attempt, document, key, str(external_id), sent)
+                    _record_sent(tx, runtime, attempt, document, key, external_id, sent)
                 _try_later(tx, clock, attempt, reason, "pending")
 
             await write(job, later)
             return
         references[key] = await write(job, lambda tx: _record_sent(tx, runtime, attempt, document, key,
-                                                                   str(external_id), sent))
+                                                                   external_id, sent))
 
     kept = runtime.store.reader().files.kept_ids(tenant_id, lead_id)
     for document in documents:
@@ -116,12 +129,12 @@ async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrit
                 or stored.reference.metadata.get("problem"):
             continue
         fetched = await _fetch(runtime, registry, document, stored, http)
-        if fetched.outcome == "retry" and job.attempts <= len(RETRY_SCHEDULE):
+        if fetched.outcome == "retry" and not _fetch_given_up(stored.reference, attempt.now):
             reason = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}"
             await write(job, lambda tx: _try_later(tx, clock, attempt, reason, None))
             return
-        if fetched.outcome == "retry":  # tried for a day and a half: noted, and the lead goes on
-            fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried {job.attempts} times")
+        if fetched.outcome == "retry":  # tried for a day and a half since it was signed: noted
+            fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried for {RETRY_HOURS:g} hours")
         await write(job, lambda tx: _record_fetched(tx, clock, attempt, document, stored.reference.file_key, fetched))
 
     await write(job, lambda tx: _conclude(tx, clock, attempt, documents))
@@ -151,13 +164,50 @@ def _references(tx: Session, tenant_id: str, lead_id: str) -> dict[str, Managed]
     return found
 
 
+def _settling(tx: Session, attempt: Attempt) -> bool:
+    """Whether the job's lead is still settling its documents, as stored now: its latest
+    submission is the job's, it waits on them (`qualified`, `pending`, `document_sent`), no
+    human decision holds it, and no delivery is under way or made."""
+    lead = tx.leads.get_lead(attempt.job.tenant_id, attempt.lead.lead_id)
+    submission = tx.leads.get_submission(attempt.job.tenant_id, attempt.job.submission_id)
+    return (lead is not None and submission is not None and lead.submission_count == submission.submission_number
+            and lead.status in WAITING and not holds_documents(lead.approval)
+            and submission.delivery is None and not tx.jobs.has_open_job(submission.submission_id, "deliver"))
+
+
+def _leave(tx: Session, clock: Clock, attempt: Attempt) -> None:
+    """The lead moved on while the job ran (a decision, a delivery, a resubmission): the job ends
+    and leaves the lead as it is."""
+    settle(tx, clock, attempt, None, None, "documents brought up to date", job_state="done",
+           event_kind="documents_updated")
+
+
+def _resumable(stored: Managed, document: CampaignDocument, attempt: Attempt) -> bool:
+    """A document created at the provider whose sending could not be confirmed is finished by
+    the next try: still unconfirmed (no callback moved it), for this same campaign document."""
+    metadata = stored.reference.metadata
+    return (metadata.get("unsent") is True and stored.reference.status == "pending"
+            and stored.provider_document_id is not None and _same_document(metadata, document, attempt.submission))
+
+
+def _same_document(metadata: dict[str, Any], document: CampaignDocument, submission: Submission) -> bool:
+    return (metadata.get("campaignId", submission.campaign.campaign_id) == submission.campaign.campaign_id
+            and metadata.get("signTemplateId") == document.sign_template_id)
+
+
+def _fetch_given_up(reference: FileReference, now: datetime) -> bool:
+    """A signed file is fetched for a day and a half after the signature, then noted as not
+    fetched (the retries of the sending before do not count against it)."""
+    signed = parse_iso(reference.signed_at) if reference.signed_at else None
+    return signed is not None and now - signed[0] > timedelta(hours=RETRY_HOURS)
+
+
 def _send_again(stored: Managed, document: CampaignDocument, submission: Submission) -> bool:
     """A document is sent once per lead. Sent again: one that ended declined, expired or failed
     for an earlier submission (a new submission is a new chance), and one sent for another
     campaign's document or template under the same id (a signature counts for what was signed)."""
     metadata = stored.reference.metadata or {}
-    if metadata.get("campaignId") != submission.campaign.campaign_id \
-            or metadata.get("signTemplateId") != document.sign_template_id:
+    if not _same_document(metadata, document, submission):
         return metadata.get("submissionId") != submission.submission_id
     return stored.reference.status in ("declined", "expired", "failed") \
         and metadata.get("submissionId") != submission.submission_id
@@ -209,8 +259,10 @@ async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocumen
                  http: httpx.AsyncClient) -> sdk.EsignFetched:
     name = str(stored.reference.metadata.get("adapter") or adapter_of(document))
     adapter = registry.esign_adapter(name)
-    if adapter is None or not stored.provider_document_id:
+    if adapter is None:
         return sdk.EsignFetched(outcome="failed", reason=f"no e-signature adapter named {name!r} is loaded")
+    if not stored.provider_document_id:
+        return sdk.EsignFetched(outcome="failed", reason="the provider's id of the document was not recorded")
     settings = registry.adapter_settings("esign", name)
     timeout = _timeout(settings)
     try:
@@ -256,11 +308,11 @@ def _try_later(tx: Session, clock: Clock, attempt: Attempt, reason: str, status:
     half), then the lead ends at `error`. `status`: what the lead waits at (None: as it is)."""
     now_dt = clock.now()
     attempts = attempt.job.attempts
-    if attempts > len(RETRY_SCHEDULE):
+    if attempts > len(RETRY_SCHEDULE) and status is not None:
         settle(tx, clock, attempt, None, "error", f"{reason}; the provider did not answer after {attempts} attempts",
                job_state="dead", event_kind="esign_error", details={"attempt": attempts})
         return
-    due = iso(now_dt + timedelta(seconds=float(RETRY_SCHEDULE[attempts - 1])))
+    due = iso(now_dt + timedelta(seconds=float(RETRY_SCHEDULE[min(attempts, len(RETRY_SCHEDULE)) - 1])))
     tx.jobs.reschedule(attempt.job.job_id, due, iso(now_dt), error=reason)
     settle(tx, clock, attempt, None, status, f"{reason}; retry {attempts + 1} at {due}", job_state=None,
            event_kind="esign_error", details={"attempt": attempts})
@@ -287,11 +339,21 @@ def _record_sent(tx: Session, runtime: Runtime, attempt: Attempt, document: Camp
         status, metadata["problem"] = "failed", f"could not be sent: {sent.reason or 'the provider refused it'}"
     stored = tx.files.find(tenant_id, lead_id, key)
     previous = _decode_reference(stored) if stored is not None else None
+    same = previous is not None and previous.provider_document_id is not None \
+        and previous.provider_document_id == sent.provider_document_id
+    if same and previous.status != "pending":  # its callbacks came first: they had the last word
+        status = previous.status
+        metadata.pop("unsent", None)
+        metadata.update({k: v for k, v in (previous.metadata or {}).items() if k == "reason"})
+    if previous is not None and not same:
+        tx.files.drop_content(tenant_id, previous.file_id)  # another document's signed file
     reference = FileReference(
         file_id=previous.file_id if previous else new_id("file"), lead_id=lead_id, file_key=key,
         file_name=_name(document), file_type="pdf", document_url=content_url(runtime, lead_id, key),
-        signing_url=sent.signing_url if sent.outcome == "sent" else None, status=status, provider="esign_vendor",
-        provider_document_id=sent.provider_document_id if sent.outcome != "failed" else None, metadata=metadata,
+        signing_url=sent.signing_url if sent.outcome == "sent" else previous.signing_url if same and previous else None,
+        status=status, provider="esign_vendor",
+        provider_document_id=sent.provider_document_id, metadata=metadata,
+        signed_at=previous.signed_at if same and previous is not None else None,
         created_at=previous.created_at if previous else now, updated_at=now)
     # Marks the reference as this step's (the files API leaves it alone), with the provider's id.
     esign_ref = f"{adapter}:{sent.provider_document_id or ''}"
@@ -367,16 +429,13 @@ def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[Campa
     if decided.outcome == "fetch":  # signed since the fetch step: fetch it now
         tx.jobs.reschedule(job.job_id, now, now, keep_attempts=True)
         return
-    stored = tx.leads.get_lead(tenant_id, lead_id)
-    submission = tx.leads.get_submission(tenant_id, job.submission_id)
-    if stored is None or submission is None or stored.submission_count != submission.submission_number \
-            or stored.status not in WAITING or submission.delivery is not None \
-            or tx.jobs.has_open_job(job.submission_id, "deliver"):
+    if not _settling(tx, attempt):
         # Past its documents (on to delivery, decided by a person, or resubmitted): a document
         # signed late is kept, and the lead is left as it is.
-        settle(tx, clock, attempt, None, None, "documents brought up to date", job_state="done",
-               event_kind="documents_updated")
+        _leave(tx, clock, attempt)
         return
+    stored = tx.leads.get_lead(tenant_id, lead_id)
+    assert stored is not None  # _settling read it in this unit
     if decided.outcome in ("held", "failed"):
         settle(tx, clock, attempt, None, "pending_action" if decided.outcome == "held" else "failed",
                decided.reason or decided.outcome, job_state="done", event_kind=f"documents_{decided.outcome}")
@@ -457,6 +516,7 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
         if read.status is None or not moves(reference.status, read.status):
             return CallbackAnswer(received=True, changed=False, status=reference.status), False
         metadata = dict(reference.metadata or {})
+        metadata.pop("unsent", None)  # the provider speaks of it: it was sent
         if reason:
             metadata["reason"] = reason
         moved = msgspec.structs.replace(reference, status=read.status, updated_at=now, metadata=metadata,

@@ -57,10 +57,13 @@ class Files:
 
     def keep_content(self, tenant_id: str, file_id: str, content_type: str, content: bytes, now: str) -> None:
         """The file itself (a signed document), replacing what was kept before."""
-        self._conn.execute("DELETE FROM file_contents WHERE file_id = ? AND tenant_id = ?", (file_id, tenant_id))
+        self.drop_content(tenant_id, file_id)
         self._conn.execute(
             "INSERT INTO file_contents(file_id, tenant_id, content_type, content, created_at) VALUES (?, ?, ?, ?, ?)",
             (file_id, tenant_id, content_type, content, now))
+
+    def drop_content(self, tenant_id: str, file_id: str) -> None:
+        self._conn.execute("DELETE FROM file_contents WHERE file_id = ? AND tenant_id = ?", (file_id, tenant_id))
 
     def content(self, tenant_id: str, lead_id: str, file_key: str) -> tuple[str, bytes] | None:
         """(content type, bytes) of the file kept for a file reference."""
