@@ -544,3 +544,48 @@ def test_a_rejection_while_the_provider_is_down_stops_the_documents(live, runtim
     time.sleep(0.3)
     assert lead_of(live, tenant, data["leadId"])["status"] == "rejected"
     assert documenso.documents == {}
+
+
+def test_a_signed_file_not_fetched_is_fetched_again_for_a_resubmission(live, runtime, documenso):
+    documenso.signed_pdf = b"<html>not a pdf</html>"
+    tenant = tenant_with(runtime, RETAINER)
+    first = lead_body("ES1")
+    data = submit(live, tenant, first)
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    wait_for(live, tenant, data["leadId"], status_is("pending_action"))
+    documenso.signed_pdf = b"%PDF-1.7 fixed"  # the cause is fixed: a resubmission takes the lead on
+    submit(live, tenant, {**first, "leadId": data["leadId"]})
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    assert len(lead["submissions"]) == 2 and len(documenso.documents) == 1
+    assert live.get(f"/api/v1/files/{data['leadId']}/esign_retainer/content",
+                    headers=tenant.headers).content == b"%PDF-1.7 fixed"
+
+
+def test_a_signature_after_the_lead_moved_to_another_campaign_is_kept(live, runtime, documenso):
+    tenant = make_tenant(runtime, "T", {"deliveryEndpoints": [endpoint()], "campaigns": [
+        campaign("ES1", "Retainers", delivery={"deliveryEndpointId": "ep"}, documents=[RETAINER]),
+        campaign("NO1", "No documents", delivery={"deliveryEndpointId": "ep"})]})
+    first = lead_body("ES1")
+    data = submit(live, tenant, first)
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    submit(live, tenant, {**first, "campaignId": "NO1", "leadId": data["leadId"]})
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    wait_for(live, tenant, data["leadId"], lambda lead: "document_fetched" in events(lead))
+    assert live.get(f"/api/v1/files/{data['leadId']}/esign_retainer/content",
+                    headers=tenant.headers).content == documenso.signed_pdf
+
+
+def test_metadata_a_caller_posted_cannot_break_the_console_lead_page(live, runtime, documenso):
+    tenant = tenant_with(runtime, NOTICE)
+    data = submit(live, tenant, lead_body("ES1"))
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    posted = {"leadId": data["leadId"], "fileKey": "id_card", "fileName": "ID", "fileType": "png",
+              "documentUrl": "https://files.example.com/id.png", "provider": "esign_vendor",
+              "metadata": {"sentAt": 5, "expiresAt": 7, "fetchedAt": ["x"], "required": {"a": 1}}}
+    assert live.post("/api/v1/files", json=posted, headers=tenant.headers).status_code == 201
+    sign_in(live, tenant, "viewer")
+    page = live.get(f"/admin/leads/{data['leadId']}")
+    assert page.status_code == 200 and 'data-file-key="id_card"' in page.text
+    assert f"/admin/leads/{data['leadId']}/files/id_card" not in page.text

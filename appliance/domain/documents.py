@@ -49,7 +49,8 @@ def applicable(campaign: Campaign, facts: Mapping[str, Any], *, value_sets: Mapp
     return sorted(chosen, key=lambda d: d.order)  # sorted() is stable: ties keep the listed order
 
 
-WAITING = frozenset({"qualified", "pending", "document_sent"})  # a lead whose documents are being settled
+# A lead whose documents are being settled (`queued`: a person may set it by hand meanwhile).
+WAITING = frozenset({"qualified", "pending", "document_sent", "queued"})
 
 
 def file_key_of(document: CampaignDocument) -> str:

@@ -28,8 +28,8 @@ SESSION_LIFETIME = timedelta(hours=12)
 STEP_LIFETIME = timedelta(minutes=15)  # a session that owes its code or enrolment
 LIVE = "live"
 # Every status a lead may have, in the order a person reads a funnel.
-STATUSES = ("new", "pending", "qualified", "queued", "pending_action", "delivered", "failed", "error", "rejected",
-            "disqualified", "duplicate", "suppressed", "returned")
+STATUSES = ("new", "pending", "qualified", "document_sent", "signed", "queued", "pending_action", "delivered", "failed",
+            "error", "rejected", "disqualified", "duplicate", "suppressed", "returned")
 REPOSTABLE = ("failed", "error")  # what the failures page lists
 REPOST_ONE = ("failed", "rejected", "error")  # what a repost accepts (CONTRACT 3)
 _DELIVERY_EVENTS = ("delivered", "delivery_failure", "delivery_duplicate", "delivery_error")

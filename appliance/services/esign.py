@@ -122,20 +122,24 @@ async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrit
         references[key] = await write(job, lambda tx: _record_sent(tx, runtime, attempt, document, key,
                                                                    external_id, sent))
 
+    # Every signed document of the lead whose file is not kept yet, whichever campaign sent it (a
+    # late signature after the lead moved on is kept too). A file that could not be fetched is
+    # tried again for a new submission (the cause may be fixed).
     kept = runtime.store.reader().files.kept_ids(tenant_id, lead_id)
-    for document in documents:
-        stored = references.get(file_key_of(document))
-        if stored is None or stored.reference.status != "signed" or stored.reference.file_id in kept \
-                or stored.reference.metadata.get("problem"):
+    for stored in list(references.values()):
+        metadata = stored.reference.metadata
+        if stored.reference.status != "signed" or stored.reference.file_id in kept \
+                or (metadata.get("problem") and metadata.get("problemFor") == attempt.submission.submission_id):
             continue
-        fetched = await _fetch(runtime, registry, document, stored, http)
+        name = stored.reference.file_name
+        fetched = await _fetch(runtime, registry, stored, http)
         if fetched.outcome == "retry" and not _fetch_given_up(stored.reference, attempt.now):
-            reason = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}"
+            reason = f"the signed file of document {name} could not be fetched: {fetched.reason}"
             await write(job, lambda tx: _try_later(tx, clock, attempt, reason, None))
             return
         if fetched.outcome == "retry":  # tried for a day and a half since it was signed: noted
             fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried for {RETRY_HOURS:g} hours")
-        await write(job, lambda tx: _record_fetched(tx, clock, attempt, document, stored.reference.file_key, fetched))
+        await write(job, lambda tx: _record_fetched(tx, clock, attempt, stored.reference.file_key, fetched))
 
     await write(job, lambda tx: _conclude(tx, clock, attempt, documents))
 
@@ -255,9 +259,8 @@ async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document
     return sent
 
 
-async def _fetch(runtime: Runtime, registry: Registry, document: CampaignDocument, stored: Managed,
-                 http: httpx.AsyncClient) -> sdk.EsignFetched:
-    name = str(stored.reference.metadata.get("adapter") or adapter_of(document))
+async def _fetch(runtime: Runtime, registry: Registry, stored: Managed, http: httpx.AsyncClient) -> sdk.EsignFetched:
+    name = str(stored.reference.metadata.get("adapter") or "")
     adapter = registry.esign_adapter(name)
     if adapter is None:
         return sdk.EsignFetched(outcome="failed", reason=f"no e-signature adapter named {name!r} is loaded")
@@ -380,8 +383,7 @@ def content_url(runtime: Runtime, lead_id: str, key: str) -> str:
     return f"{base_url(runtime)}/api/v1/files/{lead_id}/{key}/content"
 
 
-def _record_fetched(tx: Session, clock: Clock, attempt: Attempt, document: CampaignDocument, key: str,
-                    fetched: sdk.EsignFetched) -> None:
+def _record_fetched(tx: Session, clock: Clock, attempt: Attempt, key: str, fetched: sdk.EsignFetched) -> None:
     now = iso(clock.now())
     tenant_id, lead_id = attempt.job.tenant_id, attempt.lead.lead_id
     stored = tx.files.find(tenant_id, lead_id, key)
@@ -389,19 +391,25 @@ def _record_fetched(tx: Session, clock: Clock, attempt: Attempt, document: Campa
         return
     reference = _decode_reference(stored)
     metadata = dict(reference.metadata or {})
+    name, document_id = reference.file_name, metadata.get("documentId")
     if fetched.outcome == "fetched" and fetched.content:
-        tx.files.keep_content(tenant_id, reference.file_id, fetched.content_type or "application/pdf",
-                              fetched.content, now)
+        # Served back to browsers (the console's download): a PDF, or bytes, never a page.
+        content_type = "application/pdf" if fetched.content_type.split(";")[0].strip().lower() == "application/pdf" \
+            else "application/octet-stream"
+        tx.files.keep_content(tenant_id, reference.file_id, content_type, fetched.content, now)
         metadata["fetchedAt"], metadata["size"] = now, len(fetched.content)
-        reason, kind = f"the signed file of document {_name(document)} is kept", "document_fetched"
+        metadata.pop("problem", None)
+        metadata.pop("problemFor", None)
+        reason, kind = f"the signed file of document {name} is kept", "document_fetched"
     else:
         metadata["problem"] = f"was signed but its file could not be fetched: {fetched.reason}"
-        reason, kind = f"the signed file of document {_name(document)} could not be fetched: {fetched.reason}", \
+        metadata["problemFor"] = attempt.submission.submission_id
+        reason, kind = f"the signed file of document {name} could not be fetched: {fetched.reason}", \
             "document_fetch_failed"
     tx.files.update(tenant_id, file_id=reference.file_id, updated_at=now,
                     doc=_encode(msgspec.structs.replace(reference, metadata=metadata, updated_at=now)))
     settle(tx, clock, attempt, None, None, reason, job_state=None, event_kind=kind,
-           details={"documentId": document.document_id, "fileKey": key})
+           details={"documentId": document_id, "fileKey": key})
 
 
 def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[CampaignDocument]) -> None:
@@ -443,7 +451,8 @@ def _conclude(tx: Session, clock: Clock, attempt: Attempt, documents: list[Campa
     if decided.outcome in ("signed", "deliver"):
         reason = decided.reason or "documents sent; none must be signed before delivery"
         # A lead that waited for its provider at `pending` goes on as what it was: qualified.
-        status = "signed" if decided.outcome == "signed" else "qualified" if stored.status == "pending" else None
+        status = "signed" if decided.outcome == "signed" else \
+            "qualified" if stored.status in ("pending", "document_sent") else None
         settle(tx, clock, attempt, None, status, reason, job_state="done", event_kind="delivery_scheduled")
         if tx.jobs.job_state(job.job_id) == "done":  # not cancelled by a person meanwhile
             tx.jobs.insert_job(tenant_id=tenant_id, kind="deliver", lead_id=lead_id,

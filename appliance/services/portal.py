@@ -257,6 +257,8 @@ REASONS = {
     "pending": "Received; being checked.",
     "qualified": "Accepted; waiting to be sent to a buyer.",
     "queued": "Accepted; waiting to be sent to a buyer.",
+    "document_sent": "Accepted; waiting for the consumer to sign.",
+    "signed": "Accepted and signed; waiting to be sent to a buyer.",
     "pending_action": "Held for a review by the agency.",
     "delivered": "Accepted and sold.",
     "failed": "Accepted, but no buyer took it.",
@@ -375,7 +377,7 @@ OUTCOMES = {
     "accepted": ("delivered", "returned"),
     "refused": ("disqualified", "duplicate", "suppressed", "rejected"),
     "unsold": ("failed", "error"),
-    "open": ("new", "pending", "qualified", "queued", "pending_action"),
+    "open": ("new", "pending", "qualified", "document_sent", "signed", "queued", "pending_action"),
 }
 
 

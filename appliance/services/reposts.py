@@ -82,6 +82,7 @@ CampaignId = Annotated[str, Meta(min_length=1, max_length=64)]
 NOT_DELIVERABLE = {"delivered": "already delivered",
                    "pending": "still waiting for the engine to evaluate it",
                    "qualified": "already scheduled for delivery",
+                   "signed": "already scheduled for delivery",
                    "queued": "already queued for delivery"}
 
 
