@@ -17,6 +17,7 @@ import pytest
 from litestar.testing import TestClient
 
 from appliance.runtime import Runtime
+from appliance.services import tenancy
 from tests.bundles import campaign
 from tests.buyer_server import BuyerServer
 from tests.conftest import make_tenant
@@ -589,3 +590,40 @@ def test_metadata_a_caller_posted_cannot_break_the_console_lead_page(live, runti
     page = live.get(f"/admin/leads/{data['leadId']}")
     assert page.status_code == 200 and 'data-file-key="id_card"' in page.text
     assert f"/admin/leads/{data['leadId']}/files/id_card" not in page.text
+
+
+def test_a_lead_queued_by_hand_while_its_documents_wait_goes_on_when_signed(live, runtime, documenso):
+    tenant = tenant_with(runtime, RETAINER)
+    data = submit(live, tenant, lead_body("ES1"))
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    patched = live.patch(f"/api/v1/leads/{data['leadId']}", json={"status": "queued"}, headers=tenant.headers)
+    assert patched.status_code == 200, patched.text
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    wait_for(live, tenant, data["leadId"], status_is("delivered"))
+
+
+def test_a_required_document_deactivated_while_leads_wait_lets_them_go_on(live, runtime, documenso):
+    tenant = tenant_with(runtime, RETAINER, NOTICE)
+    data = submit(live, tenant, lead_body("ES1"))
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    tenancy.import_bundle(runtime, tenant.tenant_id, json.dumps({"campaigns": [campaign(
+        "ES1", "Signed retainers", delivery={"deliveryEndpointId": "ep"},
+        documents=[{**RETAINER, "isActive": False}, NOTICE])]}).encode(), "json")
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))  # the notice
+    lead = wait_for(live, tenant, data["leadId"], status_is("delivered"))
+    kinds = events(lead)
+    assert "signed" not in kinds and kinds.index("delivery_scheduled") < kinds.index("delivered")
+
+
+def test_a_signed_file_that_cannot_be_fetched_for_a_day_and_a_half_holds_the_lead(live, runtime, clock, documenso):
+    tenant = tenant_with(runtime, RETAINER)
+    data = submit(live, tenant, lead_body("ES1"))
+    wait_for(live, tenant, data["leadId"], status_is("document_sent"))
+    documenso.down = True
+    callback(live, tenant, documenso.callback("DOCUMENT_COMPLETED", 1, status="COMPLETED"))
+    lead = wait_for(live, tenant, data["leadId"], lambda lead: "esign_error" in events(lead))
+    assert lead["status"] == "document_sent"  # a fetch outage leaves the lead as it is
+    clock.advance(hours=37)
+    lead = wait_for(live, tenant, data["leadId"], status_is("pending_action"))
+    assert "could not be fetched" in lead["submissions"][-1]["result"]
+    assert "tried for 37 hours" in files_of(live, tenant, data["leadId"])["esign_retainer"]["metadata"]["problem"]

@@ -138,7 +138,7 @@ async def run_documents(runtime: Runtime, registry: Registry, write: ClaimedWrit
             await write(job, lambda tx: _try_later(tx, clock, attempt, reason, None))
             return
         if fetched.outcome == "retry":  # tried for a day and a half since it was signed: noted
-            fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried for {RETRY_HOURS:g} hours")
+            fetched = sdk.EsignFetched(outcome="failed", reason=f"{fetched.reason}; tried for {RETRY_HOURS:.0f} hours")
         await write(job, lambda tx: _record_fetched(tx, clock, attempt, stored.reference.file_key, fetched))
 
     await write(job, lambda tx: _conclude(tx, clock, attempt, documents))
