@@ -52,7 +52,7 @@ import pytest
 from tests.buyer_server import BuyerServer, Received, Reply
 from tests.conftest import Cli
 from tests.processes import alive, running_delivery_pid, stop_process
-from tests.test_crash_safety import Acked, Server, _db_check, _load_and_kill, _open_jobs
+from tests.test_crash_safety import Acked, Server, _db_check, _open_jobs, kill_under_load
 
 pytestmark = pytest.mark.sqlite_only
 
@@ -414,24 +414,9 @@ def test_sigkill_during_auctions_sells_every_lead_once(tmp_path: Path) -> None:
             victim = victims[cycle]
             cycle += 1
             kill_after = round(rng.uniform(*KILL_WINDOW), 3)
-            delivery = running_delivery_pid(config)
-            if victim in ("server", "both"):
-                pids = [server.proc.pid, delivery] if victim == "both" else [server.proc.pid]
-                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, pids, kill_after, cycle, body=_body,
-                                                              tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
-                server.proc.wait(10)
-                assert server.proc.returncode == -signal.SIGKILL
-                deadline = time.monotonic() + 15
-                while alive(delivery):  # it holds the folder's lock: no restart before it has ended
-                    assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
-                    time.sleep(0.05)
-            else:
-                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config,
-                                                              body=_body, tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
-                assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
-                assert not alive(delivery)
+            acked, errors = kill_under_load(server, config, key, victim, kill_after, cycle, body=_body,
+                                            tasks=SUBMITTERS, pause=SUBMIT_PAUSE)
             killed.append(victim)
-            assert not [e for e in errors if e.startswith("server up")], errors
             assert acked, f"cycle {cycle}: no submit was acknowledged before the kill at {kill_after} s"
             all_acked += acked
             pinged_at_kill, posted_at_kill = buyers.pings_of().keys(), buyers.posts_of().keys()

@@ -206,6 +206,32 @@ async def _load_and_kill(base_url: str, key: str, pids: list[int], kill_after: f
     return acked, errors, sent
 
 
+def kill_under_load(server: Server, config: Path, key: str, victim: str, kill_after: float, cycle: int, *,
+                    body: Callable[[int], dict], tasks: int, pause: float) -> tuple[list[Acked], Counter]:
+    """One cycle's SIGKILL under submit load: of the server, of its delivery process, or of both
+    at once (`victim`: "server", "delivery", "both"). The server killed: waits until its delivery
+    process has ended too (it holds the folder's lock) before the caller restarts it. Returns
+    (acknowledged, errors by kind)."""
+    delivery = running_delivery_pid(config)
+    if victim in ("server", "both"):
+        pids = [server.proc.pid, delivery] if victim == "both" else [server.proc.pid]
+        acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, pids, kill_after, cycle, body=body,
+                                                      tasks=tasks, pause=pause))
+        server.proc.wait(10)
+        assert server.proc.returncode == -signal.SIGKILL
+        deadline = time.monotonic() + 15
+        while alive(delivery):
+            assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
+            time.sleep(0.05)
+    else:
+        acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config,
+                                                      body=body, tasks=tasks, pause=pause))
+        assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
+        assert not alive(delivery)
+    assert not [e for e in errors if e.startswith("server up")], errors
+    return acked, errors
+
+
 async def _fetch_leads(base_url: str, key: str, lead_ids: list[str]) -> dict[str, tuple[int, dict | None]]:
     found: dict[str, tuple[int, dict | None]] = {}
     queue = list(lead_ids)

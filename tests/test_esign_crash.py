@@ -45,7 +45,7 @@ from tests.conftest import Cli
 from tests.documenso_fake import FakeDocumenso
 from tests.processes import alive, running_delivery_pid, stop_process
 from tests.test_auction_crash import _get_all
-from tests.test_crash_safety import Acked, Server, _db_check, _load_and_kill, _open_jobs
+from tests.test_crash_safety import Acked, Server, _db_check, _open_jobs, kill_under_load
 
 pytestmark = pytest.mark.sqlite_only
 
@@ -210,23 +210,8 @@ def test_sigkill_while_documents_are_sent_sends_each_at_most_once_more(tmp_path:
         tally = Tally()
         for cycle, victim in enumerate(victims, start=1):
             kill_after = round(rng.uniform(*KILL_WINDOW), 3)
-            delivery = running_delivery_pid(config)
-            if victim in ("server", "both"):
-                pids = [server.proc.pid, delivery] if victim == "both" else [server.proc.pid]
-                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, pids, kill_after, cycle, body=_body,
-                                                              tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
-                server.proc.wait(10)
-                assert server.proc.returncode == -signal.SIGKILL
-                deadline = time.monotonic() + 15
-                while alive(delivery):  # it holds the folder's lock: no restart before it has ended
-                    assert time.monotonic() < deadline, f"cycle {cycle}: the delivery process outlived its server"
-                    time.sleep(0.05)
-            else:
-                acked, errors, _ = asyncio.run(_load_and_kill(server.url, key, [delivery], kill_after, cycle, config,
-                                                              body=_body, tasks=SUBMITTERS, pause=SUBMIT_PAUSE))
-                assert server.proc.poll() is None, f"cycle {cycle}: the server ended with its delivery process"
-                assert not alive(delivery)
-            assert not [e for e in errors if e.startswith("server up")], errors
+            acked, errors = kill_under_load(server, config, key, victim, kill_after, cycle, body=_body,
+                                            tasks=SUBMITTERS, pause=SUBMIT_PAUSE)
             assert acked, f"cycle {cycle}: no submit was acknowledged before the kill at {kill_after} s"
             assert all(a.status == "qualified" for a in acked), Counter(a.status for a in acked)
             all_acked += acked

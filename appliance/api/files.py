@@ -63,8 +63,13 @@ def list_files(request: Request, lead_id: LeadId) -> Response:
      sync_to_thread=False,
      opt={"binary": "application/pdf", "errors": ["NOT_FOUND"]})
 def get_file_content(request: Request, lead_id: LeadId, file_key: FileKey) -> Response:
-    tx = request.app.state.runtime.store.reader()
-    kept = tx.files.content(principal(request.scope).tenant_id, lead_id, file_key)
+    return kept_file(request, principal(request.scope).tenant_id, lead_id, file_key)
+
+
+def kept_file(request: Request, tenant_id: str, lead_id: str, file_key: str) -> Response:
+    """The kept file of a file reference as a download (the API's and the console's); 404 when
+    none is kept."""
+    kept = request.app.state.runtime.store.reader().files.content(tenant_id, lead_id, file_key)
     if kept is None:
         raise NotFound()
     content_type, content = kept

@@ -25,6 +25,7 @@ from litestar.template import TemplateConfig
 from appliance import passwords
 from appliance.api import audit as audit_api, imports as import_api
 from appliance.api.leads import MAX_SEARCH, query_csv, query_id_range, search_filter
+from appliance.api.files import kept_file
 from appliance.api.io import query_int, query_str
 from appliance.console.charts import bar_chart
 from appliance.console.session import (
@@ -385,13 +386,7 @@ async def lead_page(request: Request, lead_id: PathText) -> Template:
 @get("/leads/{lead_id:str}/files/{file_key:str}")
 async def lead_file(request: Request, lead_id: PathText, file_key: PathText) -> Response:
     """A kept file of the lead (a signed document), as the API's getFileContent answers it."""
-    tenant_id = who(request).tenant_id
-    kept = request.app.state.runtime.store.reader().files.content(tenant_id, lead_id, file_key)
-    if kept is None:
-        raise NotFound()
-    content_type, content = kept
-    return Response(content, media_type=content_type, headers={
-        "Content-Disposition": f'attachment; filename="{file_key}.pdf"', "X-Content-Type-Options": "nosniff"})
+    return kept_file(request, who(request).tenant_id, lead_id, file_key)
 
 
 def _lead_fields(lead: dict[str, Any]) -> list[tuple[str, str]]:

@@ -127,7 +127,7 @@ class Sent(NamedTuple):
     required: bool
     status: str
     expires_at: str | None       # ISO 8601, when the document has expiresInDays
-    send_error: str | None       # why it cannot go on ("could not be sent: ...", "was signed but ...")
+    problem: str | None          # why it cannot go on ("could not be sent: ...", "was signed but ...")
     reason: str | None           # a provider's reason for a failure
     fetched: bool                # the signed file is kept
 
@@ -149,8 +149,8 @@ def verdict(sent: Iterable[Sent], now: str) -> Verdict:
     documents = list(sent)
     required = [d for d in documents if d.required]
     for d in required:
-        if d.send_error is not None:
-            return Verdict("held", f"document {d.name} {d.send_error}")
+        if d.problem is not None:
+            return Verdict("held", f"document {d.name} {d.problem}")
     expired = tuple(d.document_id for d in documents
                     if d.status not in FINAL and d.expires_at is not None and d.expires_at <= now)
     for d in required:
@@ -162,7 +162,7 @@ def verdict(sent: Iterable[Sent], now: str) -> Verdict:
         if status == "failed":
             return Verdict("failed", f"document {d.name} failed" + (f": {d.reason}" if d.reason else ""), expired)
     # A file that could not be fetched (`problem`) is not fetched again: its document is noted.
-    if any(d.status == "signed" and not d.fetched and d.send_error is None for d in documents):
+    if any(d.status == "signed" and not d.fetched and d.problem is None for d in documents):
         return Verdict("fetch", None, expired)
     if not required:
         return Verdict("deliver", None, expired)
