@@ -16,7 +16,7 @@ from litestar.types import Message, Receive, Scope, Send
 from appliance import __version__, logs
 from appliance.api import (
     activity, auctions, audit, campaigns, catalog, clients, endpoints, esign_hooks, files, health, imports, leads, ledger,
-    metrics, openapi, pings, pixels, reports, return_requests, sms, sources, submissions, suppression, users, webhooks,
+    metrics, openapi, pings, pixels, reports, return_requests, sms, sms_hooks, sources, submissions, suppression, users, webhooks,
 )
 from appliance.api.auth import SUBMIT_PATH, KeyCache, RateLimiter, auth_middleware
 from appliance.api.io import MAX_BODY, nul_in_url
@@ -165,7 +165,7 @@ def create_app(runtime: Runtime, *, background: bool = True, registry: Registry 
         route_handlers=[*health.ROUTES, *campaigns.ROUTES, *catalog.ROUTES, *leads.ROUTES, *submissions.ROUTES,
                         *files.ROUTES, *sms.ROUTES, *pixels.ROUTES, *ledger.ROUTES, *reports.ROUTES, *webhooks.ROUTES,
                         *suppression.ROUTES, *endpoints.ROUTES, *activity.ROUTES, *audit.ROUTES, *imports.ROUTES,
-                        *auctions.ROUTES, *pings.ROUTES, *esign_hooks.ROUTES, *users.ROUTES, *clients.ROUTES, *return_requests.ROUTES, *sources.ROUTES,
+                        *auctions.ROUTES, *pings.ROUTES, *esign_hooks.ROUTES, *sms_hooks.ROUTES, *users.ROUTES, *clients.ROUTES, *return_requests.ROUTES, *sources.ROUTES,
                         *metrics.routes(runtime.config.metrics.enabled), console.router(),
                         portal.router()],
         middleware=[auth_middleware],

@@ -501,10 +501,11 @@ def endpoint_resume(runtime: Runtime, tenant_id: str, endpoint_id: str, reason: 
 @admin_command
 def import_(runtime: Runtime, tenant_id: str, file: str, as_json: bool) -> None:
     """Upsert a tenant bundle (JSON or TOML) into a tenant."""
-    # Campaign documents name an e-signature adapter: the plugins say which are there.
-    esign_adapters = frozenset(load_plugins(runtime.config).esign_adapters)
+    # Campaign documents name an e-signature adapter and verification steps a verifier: the
+    # plugins say which are there (and what a verifier's config must be).
+    registry = load_plugins(runtime.config)
     counts = tenancy.import_bundle(runtime, tenant_id, _read(file), format_from_filename(file),
-                                   esign_adapters=esign_adapters)
+                                   esign_adapters=frozenset(registry.esign_adapters), verifiers=registry.verifiers)
     shown_once = counts.pop("webhookSecrets", {})
     _emit(as_json, {"tenantId": tenant_id, "file": file, "imported": counts,
                     **({"webhookSecrets": shown_once} if shown_once else {})},

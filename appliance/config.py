@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from appliance.domain.messaging import check_ed25519_public_key
 from appliance.model import Settings, describe_validation_error, invalid
 
 CONFIG_ENV = "APPLIANCE_CONFIG"
@@ -186,9 +187,12 @@ class TwilioConfig(Settings):
 class TelnyxConfig(Settings):
     base_url: str = "https://api.telnyx.com"
     api_key: str = ""
+    public_key: str = ""  # base64 of the Ed25519 key Telnyx signs its webhooks with
 
     def __post_init__(self) -> None:
         _check_base_url("base_url", self.base_url)
+        if self.public_key:
+            check_ed25519_public_key("public_key", self.public_key)
 
 
 class SmsConfig(Settings):
@@ -265,10 +269,29 @@ class DocumensoSettings(Settings):
             invalid("timeout_seconds", "must be more than 0 and at most 120")
 
 
+class HttpLookupSettings(Settings):
+    """`[plugins.http_lookup]`: the credentials of lookup services (adapters/http_lookup.py), by
+    origin (`scheme://host[:port]`): headers sent with every lookup to that origin and nowhere
+    else, so a campaign's config (which GET /api/v1/campaigns shows) never holds one."""
+
+    credentials: dict[str, dict[str, str]] = {}
+
+    def __post_init__(self) -> None:
+        for origin, headers in self.credentials.items():
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") \
+                    or parts.query or parts.username is not None:
+                invalid("credentials", f"{origin!r} is not an origin such as https://lookup.example.com")
+            for name, value in headers.items():
+                if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", name) or not re.fullmatch(r"[\x20-\x7e]*", value):
+                    invalid(f"credentials.{origin}", "header names must be HTTP tokens, values printable ASCII")
+
+
 # The built-in adapters' own [plugins.<name>] tables, and the struct each is checked with at load.
 BUILTIN_PLUGIN_SETTINGS: dict[str, type[Settings]] = {
     "twilio": OutboundAdapterSettings, "telnyx": OutboundAdapterSettings, "meta_capi": OutboundAdapterSettings,
     "tiktok_events": OutboundAdapterSettings, "trustedform": TrustedFormSettings, "documenso": DocumensoSettings,
+    "http_lookup": HttpLookupSettings,
 }
 
 

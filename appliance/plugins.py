@@ -48,6 +48,8 @@ BUILTIN_MODULES: tuple[str, ...] = (
     "appliance.adapters.tiktok_events",   # pixel platform "video" (TikTok Events API)
     "appliance.adapters.demo_buyer",      # delivery adapter "demo" (accepts every lead; `appliance demo`)
     "appliance.adapters.documenso",       # e-signature adapter "documenso" (Documenso's public API v1)
+    "appliance.adapters.phone_verifier",  # verifier "phone" (the phone number library, offline)
+    "appliance.adapters.http_lookup",     # verifier "http_lookup" (a JSON lookup service)
 )
 
 # Package under which plugin files are imported; it exists only in sys.modules.
@@ -60,9 +62,10 @@ ADAPTER_HOOKS: dict[str, tuple[str, type]] = {
     "sms": ("appliance_sms_providers", sdk.SmsProvider),
     "pixel": ("appliance_pixel_platforms", sdk.PixelPlatform),
     "esign": ("appliance_esign_adapters", sdk.EsignAdapter),
+    "verifier": ("appliance_verifiers", sdk.Verifier),
 }
 # The method each kind of adapter must implement (the base class only raises NotImplementedError).
-_REQUIRED_METHOD = {"delivery": "deliver", "sms": "send", "pixel": "fire", "esign": "send"}
+_REQUIRED_METHOD = {"delivery": "deliver", "sms": "send", "pixel": "fire", "esign": "send", "verifier": "verify"}
 
 
 class PluginError(Exception):
@@ -83,7 +86,7 @@ class PluginReport:
 
 @dataclass(frozen=True)
 class AdapterEntry:
-    kind: str      # "delivery", "sms", "pixel" or "esign"
+    kind: str      # "delivery", "sms", "pixel", "esign" or "verifier"
     name: str
     plugin: str
     file: str
@@ -101,6 +104,7 @@ class Registry:
         self.sms_providers: dict[str, sdk.SmsProvider] = {}
         self.pixel_platforms: dict[str, sdk.PixelPlatform] = {}
         self.esign_adapters: dict[str, sdk.EsignAdapter] = {}
+        self.verifiers: dict[str, sdk.Verifier] = {}
         self.entries: list[AdapterEntry] = []
         self.load_report: list[PluginReport] = []
         self.dirs: list[Path] = []
@@ -110,7 +114,7 @@ class Registry:
 
     def _by_kind(self, kind: str) -> dict[str, Any]:
         return {"delivery": self.delivery_adapters, "sms": self.sms_providers, "pixel": self.pixel_platforms,
-                "esign": self.esign_adapters}[kind]
+                "esign": self.esign_adapters, "verifier": self.verifiers}[kind]
 
     def delivery_adapter(self, name: str) -> sdk.DeliveryAdapter | None:
         return self.delivery_adapters.get(name)
@@ -123,6 +127,13 @@ class Registry:
 
     def esign_adapter(self, name: str) -> sdk.EsignAdapter | None:
         return self.esign_adapters.get(name)
+
+    def verifier(self, name: str) -> sdk.Verifier | None:
+        return self.verifiers.get(name)
+
+    def plugin_of(self, kind: str, name: str) -> str | None:
+        """The plugin that brought the adapter (for its error reports)."""
+        return next((e.plugin for e in self.entries if e.kind == kind and e.name == name), None)
 
     def adapter_settings(self, kind: str, name: str) -> dict:
         """The `[plugins.<plugin>]` table of the plugin that provides adapter `name` of `kind`

@@ -25,11 +25,17 @@ then counts its endpoint as an `error` unless the distribution gives it a fixed 
 Since API revision 3 a plugin may also provide e-signature adapters (`appliance_esign_adapters`,
 `EsignAdapter`): they send a campaign's documents for signature, read the provider's callbacks and
 fetch the signed file. Plugins written for revision 1 or 2 load as they did.
+
+Since API revision 4 an SMS provider may take the provider's webhooks (`verify_webhook`,
+`read_webhook`, `webhook_answer`: replies and delivery reports at `POST /hooks/sms/<name>/<tenantId>`),
+and a plugin may provide verifiers (`appliance_verifiers`, `Verifier`): steps that check a lead
+at intake (a phone line type, an email, a litigator list) before it is qualified.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from collections.abc import Awaitable
 from typing import Any, ClassVar, Literal
 
 import httpx
@@ -41,7 +47,8 @@ from appliance.domain.delivery_result import DeliveryResult, Outcome
 from appliance.domain.endpoint import DeliveryEndpoint
 
 API_VERSION = 1
-API_REVISION = 3  # additions that keep version 1 plugins working; 2: DeliveryAdapter.ping; 3: EsignAdapter
+# Additions that keep version 1 plugins working: 2 DeliveryAdapter.ping; 3 EsignAdapter; 4 SMS webhooks, Verifier.
+API_REVISION = 4
 PROJECT = "appliance"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -52,6 +59,8 @@ __all__ = [
     "PingRequest", "PingResult", "SmsProvider",
     "SmsMessage", "SmsResult", "PixelPlatform", "PixelEvent", "PixelResult", "IntakeAction",
     "EsignAdapter", "EsignRequest", "EsignSent", "EsignCallback", "EsignFetched", "ESIGN_STATUSES",
+    "SmsWebhook", "SmsEvent", "SmsWebhookAnswer", "SMS_STATUSES",
+    "Verifier", "VerificationRequest", "VerificationResult",
 ]
 
 
@@ -122,6 +131,9 @@ class SmsMessage(msgspec.Struct, kw_only=True):
     credentials: dict[str, str]   # accountSid, authToken or apiKey, as the provider needs
     base_url: str | None = None
     settings: dict[str, Any] = {}
+    # Where the provider should report the message's delivery (`[server] public_url` +
+    # /hooks/sms/<name>/<tenantId>); None when the server's public address is not configured.
+    status_callback_url: str | None = None
 
 
 class SmsResult(msgspec.Struct, kw_only=True):
@@ -131,12 +143,69 @@ class SmsResult(msgspec.Struct, kw_only=True):
     reason: str | None = None
 
 
+# What a delivery report may say of an outbound message. A status never goes back: a late
+# `sent` after `delivered` changes nothing.
+SmsStatus = Literal["queued", "sent", "delivered", "undelivered", "failed"]
+SMS_STATUSES: tuple[str, ...] = SmsStatus.__args__  # type: ignore[attr-defined]
+
+
+class SmsWebhook(msgspec.Struct, kw_only=True):
+    """One call the provider made to `POST /hooks/sms/<name>/<tenantId>`, as it was received."""
+
+    url: str                      # the URL it reached (`[server] public_url` + path when that is set)
+    headers: dict[str, str]       # names in lower case
+    body: bytes
+    # The credentials to check it with: one set per provider of this type the tenant configured
+    # (accountSid, authToken, apiKey, publicKey as each has them), or the install-wide set.
+    credentials: list[dict[str, str]]
+    settings: dict[str, Any]      # this provider's plugin table from the config file
+    now: datetime                 # for a replay window
+
+
+class SmsEvent(msgspec.Struct, kw_only=True):
+    """What a verified webhook says: a message a lead sent (`inbound`: `sender` the lead's number,
+    `to` the tenant's, `body` the text) or a delivery report of an outbound message (`status`)."""
+
+    kind: Literal["inbound", "status"]
+    provider_message_id: str
+    sender: str | None = None
+    to: str | None = None
+    body: str | None = None
+    status: SmsStatus | None = None
+    provider_status: str | None = None   # the provider's own word for it
+    reason: str | None = None            # why it was not delivered, in the provider's words
+
+
+class SmsWebhookAnswer(msgspec.Struct, kw_only=True):
+    """The HTTP answer a webhook gets (Twilio reads TwiML from it)."""
+
+    content_type: str
+    body: bytes
+
+
 class SmsProvider:
     name: ClassVar[str]
     api_version: ClassVar[int] = API_VERSION
 
     async def send(self, message: SmsMessage, http: httpx.AsyncClient) -> SmsResult:
         raise NotImplementedError  # abstractmethod: every provider implements it
+
+    def verify_webhook(self, webhook: SmsWebhook) -> bool:
+        """Whether a webhook really comes from the provider, signed with one of
+        `webhook.credentials`. The default refuses every webhook (403): a provider that takes
+        them must say how they are verified."""
+        return False
+
+    def read_webhook(self, webhook: SmsWebhook) -> list[SmsEvent] | None:
+        """A verified webhook's events; an empty list for one that says nothing to keep (a
+        provider's other notices), None for a body this provider cannot read (answered 400)."""
+        return None
+
+    def webhook_answer(self, reply: str | None) -> SmsWebhookAnswer | None:
+        """The answer to a webhook, carrying `reply` (the tenant's HELP text) when the provider
+        sends replies from it. None: the appliance answers `{"received": true}` and sends any
+        reply through `send`."""
+        return None
 
 
 # ---- pixels -----------------------------------------------------------------------------------
@@ -260,6 +329,53 @@ class EsignAdapter:
         return EsignFetched(outcome="failed", reason=f"e-signature adapter {self.name!r} cannot fetch signed files")
 
 
+# ---- verification -----------------------------------------------------------------------------
+
+class VerificationRequest(msgspec.Struct, kw_only=True):
+    """Check one lead: `config` is the campaign's `qualification.verifications[].config`."""
+
+    lead: dict[str, Any]          # the lead as rules see it (the submit body's names)
+    config: dict[str, Any]
+    settings: dict[str, Any]      # this verifier's plugin table from the config file
+    timeout_seconds: float        # the step's `timeoutMs`: past it the step is `unknown`
+    allow_private_addresses: bool = False
+    # When the lead is checked, by the appliance's clock (the date `age` and other paths are read on).
+    now: datetime = msgspec.field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+class VerificationResult(msgspec.Struct, kw_only=True):
+    """`pass`, `fail` or `unknown` (could not tell), with what was learnt (`data`, stored on the
+    lead at `verification.<name>.data` and readable by rules) and why (`reason`)."""
+
+    outcome: Literal["pass", "fail", "unknown"]
+    data: dict[str, Any] = {}
+    reason: str | None = None
+
+
+class Verifier:
+    """A verification step. Campaigns name it in `qualification.verifications[].verifier`."""
+
+    name: ClassVar[str]
+    api_version: ClassVar[int] = API_VERSION
+    # A `verify` that is a plain function runs in a worker thread, so a slow one never holds the
+    # event loop; one that only computes a few microseconds (no I/O) may say False to run inline.
+    blocking: ClassVar[bool] = True
+
+    def validate(self, config: dict[str, Any]) -> list[str]:
+        """Problems with a campaign's `config` for this verifier, as `"<field>: <problem>"`
+        (refused at import)."""
+        return []
+
+    def cache_key(self, request: VerificationRequest) -> str | None:
+        """The normalized value a result may be cached under (a step's `cacheSeconds`), e.g. the
+        E.164 phone; None: this lead's result is not cached."""
+        return None
+
+    def verify(self, request: VerificationRequest,
+               http: httpx.AsyncClient) -> VerificationResult | Awaitable[VerificationResult]:
+        raise NotImplementedError  # abstractmethod: every verifier implements it (sync or async)
+
+
 # ---- intake actions and prompts ----------------------------------------------------------------
 
 class IntakeAction(msgspec.Struct, kw_only=True):
@@ -288,6 +404,10 @@ class HookSpecs:
     @hookspec
     def appliance_esign_adapters(self, settings: dict[str, Any]) -> list[EsignAdapter]:
         """E-signature adapters this plugin provides (since API revision 3)."""
+
+    @hookspec
+    def appliance_verifiers(self, settings: dict[str, Any]) -> list[Verifier]:
+        """Verification steps this plugin provides (since API revision 4)."""
 
     @hookspec
     def appliance_intake_action(self, action: IntakeAction) -> None:

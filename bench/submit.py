@@ -3,12 +3,17 @@ connections, realistic ~1.5 KB leads, a campaign with 10 rule sets, 3 routing ru
 on, `synchronous=FULL`; and, in the same run, a bare Litestar endpoint that only decodes the same
 body into a struct. Reports submits/s, p50/p99 and the ratio appliance / bare.
 
-    python -m bench.submit [--duration 10] [--connections 64] [--repeat 3] [--webhook]
+    python -m bench.submit [--duration 10] [--connections 64] [--repeat 3] [--webhook] [--verifier]
 
 `--webhook` subscribes a webhook to every event: each submit also writes its events to the
 outbox. Like delivery, sending is left to the job loop and off here (`[webhooks] concurrency = 0`),
 so the figure stays the intake's; `--webhook-send` turns the sender on as well (a local receiver,
 bench/buyer.py, on the client's CPU), and then the server's one core also sends every event.
+
+`--verifier` measures a verification step's price instead of the bare endpoint: the same
+campaign with the built-in `phone` verifier (`onFail: flag`, so every lead goes on as without it:
+the bench leads' 555 numbers are not valid) against it without, in alternating runs, and prints
+the ratio of their submits/s and CPU per submit.
 
 The server runs with `[delivery] concurrency = 0` (intake only) so the figure is the intake's;
 bench/delivery.py measures delivery. Server pinned to CPU 0, load client to CPU 1 (2 cores)."""
@@ -37,6 +42,7 @@ from bench.loadgen import Request, free_port, run_load, wait_for_port
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RPS, TARGET_P99_MS, TARGET_RATIO = 4000, 30.0, 0.40
+TARGET_VERIFIER_RATIO = 0.9  # submits/s with the phone verifier against the same campaign without (issue 38)
 _KEY = os.environ.get("BENCH_SUBMIT_KEY", "")
 
 
@@ -74,6 +80,8 @@ def bundle() -> dict:
     ]
     plain = [{"campaignId": code, "name": name, "qualification": {"rules": rules[:3]}}
              for code, name in (("BTX", "Texas"), ("BMS", "Microsoft ads"), ("BTK", "Trucks"))]
+    intake = {"rules": rules, "autoRoutingEnabled": True, "routingRules": routes}
+    phone = {**intake, "verifications": [{"verifier": "phone", "onFail": "flag"}]}
     return {
         "valueSets": [{"valueSetId": "states", "values": ["CA", "TX", "FL", "NY", "AZ"]},
                       {"valueSetId": "blocked", "values": ["Fraud", "Tester", "Asdf"]}],
@@ -81,25 +89,31 @@ def bundle() -> dict:
                           "category": "question"} for k in ("accident_date", "injured", "at_fault",
                                                             "medical_treatment", "attorney_retained", "vehicle_type",
                                                             "police_report", "insurance_carrier")],
-        "campaigns": [{"campaignId": "BEN1", "name": "Auto accident", "qualification": {
-            "rules": rules, "autoRoutingEnabled": True, "routingRules": routes}}, *plain],
+        "campaigns": [{"campaignId": "BEN1", "name": "Auto accident", "qualification": intake},
+                      {"campaignId": "BPH1", "name": "Auto accident, phone verified", "qualification": phone},
+                      *plain],
     }
 
 
-def submit_body(n: int) -> bytes:
+def submit_body(n: int, campaign_id: str = "BEN1") -> bytes:
     lead = sample_lead(n)
-    return msgspec.json.encode({"campaignId": "BEN1", **lead})
+    return msgspec.json.encode({"campaignId": campaign_id, **lead})
 
 
 _SERIAL = itertools.count(1)
 
 
-def submit_request(n: int) -> Request:
+def submit_request(n: int, campaign_id: str = "BEN1") -> Request:
     # Every run in a process counts n from 0 and client processes run side by side: a serial per
     # process plus the process id keeps emails unique, so dedupe never fires by accident.
     n = os.getpid() * 10_000_000 + next(_SERIAL)
     return Request(method="POST", path="/api/v1/leads/submit",
-                   headers={"X-API-Key": _KEY, "Content-Type": "application/json"}, body=submit_body(n))
+                   headers={"X-API-Key": _KEY, "Content-Type": "application/json"}, body=submit_body(n, campaign_id))
+
+
+def verified_request(n: int) -> Request:
+    """A submit to the campaign with the phone verifier (BPH1, otherwise BEN1)."""
+    return submit_request(n, "BPH1")
 
 
 def bare_request(n: int) -> Request:
@@ -143,18 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULTS / "submit.json")
+    parser.add_argument("--out", type=Path, help="default: bench/results/submit.json (--verifier: submit_verifier.json)")
     parser.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
                         help="server on CPU 0, client on CPU 1 (--no-pin: the OS places them)")
     parser.add_argument("--webhook", action="store_true",
                         help="subscribe a webhook to every event (the events are written, not sent)")
     parser.add_argument("--webhook-send", action="store_true",
                         help="with --webhook: send the events too (receiver: bench/buyer.py on the client CPU)")
+    parser.add_argument("--verifier", action="store_true",
+                        help="the campaign with the built-in phone verifier against it without, alternating")
     parser.add_argument("--profile", action="store_true",
                         help="py-spy record the appliance server during its measurement (slows it down)")
     parser.add_argument("--profile-threads", action="store_true",
                         help="with --profile: sample every non-idle thread, not only the GIL holder")
     args = parser.parse_args(argv)
+    args.out = args.out or RESULTS / ("submit_verifier.json" if args.verifier else "submit.json")
 
     cpus = sorted(os.sched_getaffinity(0))
     server_cpu, client_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 and args.pin else (None, None)
@@ -193,14 +210,22 @@ def main(argv: list[str] | None = None) -> int:
 
         app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
                                   str(port)], port)
-        bare = start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(bare_port)], bare_port)
+        bare = None if args.verifier else start("bare", [sys.executable, "-m", "bench.bare_app", "--port",
+                                                         str(bare_port)], bare_port)
         if client_cpu is not None:
             os.sched_setaffinity(0, {client_cpu})
-        cases = [("appliance submit", f"http://127.0.0.1:{port}/api/v1/leads/submit", submit_request, app),
+        submit_url = f"http://127.0.0.1:{port}/api/v1/leads/submit"
+        cases = [("appliance submit", submit_url, submit_request, app),
+                 ("submit, phone verifier", submit_url, verified_request, app) if args.verifier else
                  ("bare decode", f"http://127.0.0.1:{bare_port}/decode", bare_request, bare)]
         rounds: list[list[dict]] = [[] for _ in cases]
-        for _ in range(args.repeat):
-            for i, (label, url, factory, server) in enumerate(cases):
+        for round_number in range(args.repeat):
+            # With --verifier the two cases swap places every round (A B, B A, ...): the database
+            # grows through the run, and a case always measured second would pay for it.
+            order = list(enumerate(cases))
+            if args.verifier and round_number % 2:
+                order.reverse()
+            for i, (label, url, factory, server) in order:
                 profile_to = work / "profile.txt" if args.profile and server is app else None
                 rounds[i].append(measure(label, url, factory, server, args, profile_to))
                 print(f"  {label}: {rounds[i][-1]['rps']} req/s")
@@ -217,8 +242,8 @@ def main(argv: list[str] | None = None) -> int:
         stop_all(procs)
         shutil.rmtree(work, ignore_errors=True)
 
-    app_run, bare_run = runs
-    ratio = round(app_run["rps"] / bare_run["rps"], 3)
+    app_run, other_run = runs
+    ratio = round(other_run["rps"] / app_run["rps"] if args.verifier else app_run["rps"] / other_run["rps"], 3)
     print(f"\n{'case':20} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'server':>7} {'us/req':>7} {'other':>6}"
           "  non-2xx/errors")
     for r in runs:
@@ -230,7 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"lead statuses stored: {statuses}")
     if args.webhook:
         print(f"webhook outbox rows (changes) still waiting at the end: {waiting_events}")
-    print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")
+    if args.verifier:
+        pairs = [round(phone["rps"] / plain["rps"], 3) for plain, phone in zip(*rounds)]
+        mean = round(sum(r["rps"] for r in rounds[1]) / sum(r["rps"] for r in rounds[0]), 3)
+        cpu = round(sum(r["server_cpu_us_per_request"] for r in rounds[0])
+                    / sum(r["server_cpu_us_per_request"] for r in rounds[1]), 3)
+        print(f"ratio with the phone verifier / without (target >= {TARGET_VERIFIER_RATIO}): {mean:.3f} over all"
+              f" rounds, {ratio:.3f} best rounds, {pairs} round by round; server CPU a submit without / with:"
+              f" {cpu:.3f}")
+    else:
+        print(f"ratio appliance/bare: {ratio:.2f} (target >= {TARGET_RATIO})")
     print(f"targets: >= {TARGET_RPS}/s {'met' if app_run['rps'] >= TARGET_RPS else 'MISSED'}, "
           f"p99 < {TARGET_P99_MS} ms {'met' if app_run['latency_ms']['p99'] < TARGET_P99_MS else 'MISSED'}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

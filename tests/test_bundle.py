@@ -89,6 +89,8 @@ FULL_CAMPAIGN = {
         }],
         "fallbackCampaigns": ["HOME1"],
         "suppressionListIds": ["sup_optouts"],
+        "verifications": [{"verifier": "phone", "config": {"lineTypes": ["mobile"]}, "onFail": "review",
+                           "onUnknown": "error", "sample": 0.5, "cacheSeconds": 3600, "timeoutMs": 500}],
     },
     "ingestion": {"sources": [{
         "sourceId": "src_1", "name": "Supplier A", "supplierId": "sup_1", "postingSpecId": "spec_1",

@@ -372,3 +372,30 @@ def test_without_tls_the_cookie_is_not_marked_secure(client, tenant):
                          follow_redirects=False)
     cookie = next(v for k, v in answer.headers.multi_items() if k == "set-cookie" and v.startswith("console_session="))
     assert "Secure" not in cookie  # a browser on http://127.0.0.1 would drop a Secure cookie
+
+
+def test_the_lead_page_shows_its_conversation_and_an_opt_out(client, tenant):
+    from urllib.parse import urlencode
+
+    from appliance.adapters.twilio import signature
+
+    lead_id = submit(client, tenant, phone="+14155552671")
+
+    def text(sid: str, body: str) -> None:
+        form = {"MessageSid": sid, "From": "+14155552671", "To": "+14155552671", "Body": body}
+        url = f"http://testserver.local/hooks/sms/twilio/{tenant.tenant_id}"
+        answer = client.post(f"/hooks/sms/twilio/{tenant.tenant_id}", content=urlencode(form), headers={
+            "Content-Type": "application/x-www-form-urlencoded",
+            "X-Twilio-Signature": signature("sms-secret-token-456", url, sorted(form.items()))})
+        assert answer.status_code == 200, answer.text
+
+    text("SMa1", "Is this <b>Smith Law</b>?")
+    text("SMa2", "stop")
+    sign_in(client, tenant)
+    page = client.get(f"/admin/leads/{lead_id}").text
+    conversation = page[page.index('id="conversation"'):]
+    first, second = conversation.index("Smith Law"), conversation.index(">stop<")
+    assert first < second  # oldest first: it reads down
+    assert "&lt;b&gt;Smith Law&lt;/b&gt;" in conversation and "<b>Smith" not in conversation
+    assert conversation.count('class="inbound"') == 2
+    assert "This phone opted out of texts on" in conversation

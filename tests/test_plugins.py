@@ -1,7 +1,7 @@
 """Plugins through the plugin folder and `appliance plugins`: good plugins load, broken ones (and
 the junk beside them) are reported or ignored, never fatal unless strict; each plugin gets its own
 settings table; the shipped example webhook and e-signature plugins work against a real local
-HTTP server."""
+HTTP server, and the example verifier checks leads at intake."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import pytest
 
 from appliance import sdk
 from appliance.config import Config, PluginsConfig, load_config
+from appliance.runtime import create_runtime
 from appliance.domain.campaign import Condition
 from appliance.domain.endpoint import DeliveryEndpoint
 from appliance.app import create_app
@@ -429,6 +430,73 @@ def test_hook_appliance_esign_adapters(plugin_dir):
     assert asyncio.run(signer.fetch_signed("D1", {}, None)).outcome == "failed"
 
 
+def test_hook_appliance_verifiers(plugin_dir):
+    write(plugin_dir, "checker.py", """
+        from appliance.sdk import VerificationResult, Verifier, hookimpl
+
+        class Checker(Verifier):
+            name = "checker"
+            async def verify(self, request, http):
+                return VerificationResult(outcome="pass", data={"seen": request.lead["email"]})
+
+        @hookimpl
+        def appliance_verifiers(settings):
+            return [Checker()]
+    """)
+    write(plugin_dir, "unchecked.py", """
+        from appliance.sdk import Verifier, hookimpl
+
+        class Unchecked(Verifier):
+            name = "unchecked"
+
+        @hookimpl
+        def appliance_verifiers(settings):
+            return [Unchecked()]
+    """)
+    write(plugin_dir, "next_major.py", """
+        from appliance.sdk import VerificationResult, Verifier, hookimpl
+
+        class NextMajor(Verifier):
+            name = "next_major"
+            api_version = "2.0"
+            def verify(self, request, http):
+                return VerificationResult(outcome="pass")
+
+        @hookimpl
+        def appliance_verifiers(settings):
+            return [NextMajor()]
+    """)
+    write(plugin_dir, "wrong_kind.py", """
+        from appliance.sdk import PixelPlatform, PixelResult, hookimpl
+
+        class Pixel(PixelPlatform):
+            name = "pixel"
+            async def fire(self, event, http):
+                return PixelResult(success=True)
+
+        @hookimpl
+        def appliance_verifiers(settings):
+            return [Pixel()]
+    """)
+    registry = load_plugins(Config(plugins=PluginsConfig(dirs=[str(plugin_dir)])), builtin_modules=())
+    assert [(e.kind, e.name, e.plugin) for e in registry.entries] == [("verifier", "checker", "checker")]
+    checker = registry.verifier("checker")
+    assert checker is registry.verifiers["checker"] and checker.api_version == sdk.API_VERSION
+    assert registry.verifier("nobody") is None and registry.esign_adapter("checker") is None
+    assert {r.name: r.error for r in registry.errors} == {
+        "unchecked": "verifier adapter 'unchecked' does not implement verify()",
+        "next_major": ("verifier adapter 'next_major' is built for plugin API version '2.0'; "
+                       "this appliance speaks version 1"),
+        "wrong_kind": "appliance_verifiers returned Pixel, not a Verifier"}
+
+    request = sdk.VerificationRequest(lead={"email": "pat@example.com"}, config={}, settings={}, timeout_seconds=2)
+    assert asyncio.run(checker.verify(request, None)) == sdk.VerificationResult(outcome="pass",
+                                                                               data={"seen": "pat@example.com"})
+    # What the verifier leaves to the base class: any config goes, nothing is cached, it may block.
+    assert checker.validate({"anything": 1}) == [] and checker.cache_key(request) is None
+    assert checker.blocking is True
+
+
 ACTION = sdk.IntakeAction(action="engage", lead={"email": "a@example.com"}, campaign_id="C1",
                           submission_id="S1", config={"channel": "sms"})
 
@@ -661,6 +729,56 @@ def test_example_esign_refuses_missing_and_unknown_settings(plugin_dir):
     # Without a table (the repository's own plugins folder, say) it loads and offers nothing.
     registry = load_plugins(Config(plugins=PluginsConfig(dirs=[str(plugin_dir)])), builtin_modules=())
     assert registry.errors == [] and registry.esign_adapter("example_esign") is None
+
+
+def test_example_verifier_plugin_checks_leads_against_its_list(cli, config_file, plugin_dir, tmp_path):
+    shutil.copy(ROOT / "plugins" / "example_verifier.py", plugin_dir)
+    listed = tmp_path / "do-not-contact.txt"
+    listed.write_text("# complaints\n+14155550100\nStop@Example.com  # asked twice\n")
+    with config_file.open("a") as f:
+        f.write(f'\n[plugins.example_verifier]\nlist_file = "{listed}"\n')
+    report = cli.json("plugins")
+    assert plugin_adapters(report, plugin_dir) == {("verifier", "example_verifier", "example_verifier")}
+    assert report["errors"] == []
+    assert f"verifier  example_verifier     example_verifier  {plugin_dir / 'example_verifier.py'}" in \
+        cli("plugins").stdout.splitlines()
+
+    tenant_id = cli.json("tenant", "create", "Acme")["tenantId"]
+    bundle = tmp_path / "bundle.json"
+
+    def import_steps(*steps: dict, expect: int = 0):
+        bundle.write_text(json.dumps({"campaigns": [campaign("DNC", "Checked", qualification={
+            "verifications": list(steps)})]}))
+        return cli("import", "--tenant", tenant_id, str(bundle), expect=expect)
+
+    refused = import_steps({"verifier": "example_verifier", "config": {"fields": ["fax"], "list": "x"}},
+                           expect=1).stderr
+    assert "campaigns[0].qualification.verifications[0].config.list: unknown field" in refused
+    assert "campaigns[0].qualification.verifications[0].config.fields[0]: must be phoneE164 or email" in refused
+    import_steps({"verifier": "example_verifier"})
+    key = cli.json("key", "create", "--tenant", tenant_id)["key"]
+
+    runtime = create_runtime(load_config(config_file))
+    try:
+        with TestClient(create_app(runtime, background=False), raise_server_exceptions=False) as client:
+            def submit(email: str, phone: str) -> dict:
+                body = {"campaignId": "DNC", "firstName": "Pat", "lastName": "Lee", "email": email, "phone": phone}
+                answer = client.post("/api/v1/leads/submit", json=body, headers={"X-API-Key": key})
+                assert answer.status_code == 201, answer.text
+                return client.get(f"/api/v1/leads/{answer.json()['data']['leadId']}",
+                                  headers={"X-API-Key": key}).json()["data"]
+
+            on_phone = submit("pat@example.com", "+1 (415) 555-0100")
+            on_email = submit("stop@example.com", "+14155550101")
+            clean = submit("fine@example.com", "+14155550102")
+    finally:
+        runtime.close()
+    assert (on_phone["status"], on_phone["submissions"][0]["result"]) == (
+        "disqualified", "verification example_verifier failed: on the do-not-contact list")
+    assert on_email["status"] == "disqualified"
+    assert clean["status"] == "qualified"
+    assert clean["verification"] == {"example_verifier": {"outcome": "pass", "reason": None,
+                                                          "data": {"listed": False, "checked": 2}}}
 
 
 def test_hook_on_lead_event(runtime, plugin_dir, caplog):

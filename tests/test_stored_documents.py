@@ -138,7 +138,7 @@ def _record(record_type, **given):
 
 _LEADS_DRAWN = _record(
     LeadRecord, files=st.lists(_OBJECT, max_size=2), attribution=_OBJECT, compliance=_OBJECT, custom_fields=_OBJECT,
-    questionnaire=st.lists(_record(QuestionAnswer, answer=_JSON), max_size=3))
+    verification=_OBJECT, questionnaire=st.lists(_record(QuestionAnswer, answer=_JSON), max_size=3))
 _SUBMISSIONS_DRAWN = _record(
     Submission, first_submission_actions=st.lists(_JSON, max_size=2),
     journey_events=st.lists(_record(JourneyEvent, type=_JSON, details=st.none() | _OBJECT), max_size=3),

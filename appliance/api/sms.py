@@ -1,4 +1,5 @@
-"""POST /api/v1/sms/send; the rules are in appliance/services/sms.py."""
+"""POST /api/v1/sms/send, a lead's messages, opt-out checks and orphan messages; the rules are in
+appliance/services/sms.py."""
 
 from __future__ import annotations
 
@@ -51,4 +52,36 @@ def list_lead_messages(request: Request, lead_id: LeadId, cursor: Query = None, 
                                 per_page))
 
 
-ROUTES = [send_sms, list_lead_messages]
+@get("/api/v1/sms/opt-outs/check", operation_id="checkSmsOptOut",
+     summary="Whether a phone opted out of texts", tags=TAGS,
+     description=("`optedOut` true when the phone answered STOP (or another opt-out keyword) to one of the tenant's "
+                  "texts and has not answered START since; `since` is when. Texts to it are refused with 409. 400 "
+                  "VALIDATION_ERROR naming `phone` for a value that is not a phone number."),
+     sync_to_thread=False,
+     opt={"data": sms.OptOutStatus, "errors": ["VALIDATION_ERROR"],
+          "query": {"phone": {"type": "string", "minLength": 1,
+                              "description": "Required: E.164 (+14155552671) or national in the install's region."}}})
+def check_sms_opt_out(request: Request, phone: Query = None) -> Response:
+    value = query_str(request, "phone")
+    if not value:
+        raise ValidationFailed(["phone: required"])
+    return ok(sms.opt_out_status(request.app.state.runtime, principal(request.scope).tenant_id, value))
+
+
+@get("/api/v1/sms/orphan-messages", operation_id="listSmsOrphanMessages",
+     summary="List texts from numbers no lead has", tags=TAGS,
+     description=("Texts the tenant received from a phone no lead of it has (and HELP answers sent back to them), "
+                  "newest first, a page at a time; 400 for a cursor that is not a message id."),
+     sync_to_thread=False,
+     opt={"data": sms.OrphanMessagePage, "errors": ["VALIDATION_ERROR"],
+          "query": {"cursor": {"type": "string", "pattern": "^msg_",
+                               "description": "nextCursor of the previous page (a messageId)."}}})
+def list_sms_orphan_messages(request: Request, cursor: Query = None, limit: Query = None) -> Response:
+    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+    before = query_str(request, "cursor")
+    if before is not None and not before.startswith("msg_"):
+        raise ValidationFailed(["cursor: not a message id (use nextCursor of the previous page)"])
+    return ok(sms.orphan_messages(request.app.state.runtime, principal(request.scope).tenant_id, before, per_page))
+
+
+ROUTES = [send_sms, list_lead_messages, check_sms_opt_out, list_sms_orphan_messages]

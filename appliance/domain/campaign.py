@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import date, datetime
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import msgspec
@@ -376,6 +376,33 @@ class TcpaPolicy(Model):
     campaign_attestation: CampaignAttestation | None = None
 
 
+MAX_VERIFICATION_TIMEOUT_MS = 60_000
+MAX_VERIFICATION_CACHE_SECONDS = 2_592_000  # 30 days
+
+
+class Verification(Model):
+    """One verification step (`qualification.verifications[]`): a verifier checks the lead at
+    intake; what its `fail` and `unknown` outcomes do is the step's own policy."""
+
+    verifier: str
+    config: dict[str, Any] = {}
+    on_fail: Literal["disqualify", "review", "flag"] = "disqualify"
+    on_unknown: Literal["pass", "review", "error"] = "pass"
+    sample: int | float = 1  # the share of leads checked
+    cache_seconds: int = 0  # how long a pass or fail is reused for the same value (the verifier's key)
+    timeout_ms: int = 2000  # past it the step is `unknown`
+
+    def __post_init__(self) -> None:
+        if not self.verifier.strip():
+            invalid("verifier", "must not be empty")
+        if not 0 <= self.sample <= 1:
+            invalid("sample", "must be between 0 and 1")
+        if not 0 <= self.cache_seconds <= MAX_VERIFICATION_CACHE_SECONDS:
+            invalid("cacheSeconds", f"must be between 0 and {MAX_VERIFICATION_CACHE_SECONDS} (30 days)")
+        if not 1 <= self.timeout_ms <= MAX_VERIFICATION_TIMEOUT_MS:
+            invalid("timeoutMs", f"must be between 1 and {MAX_VERIFICATION_TIMEOUT_MS}")
+
+
 class Qualification(Model):
     rules: list[RuleSet] = []
     tcpa_policy: TcpaPolicy = msgspec.field(default_factory=TcpaPolicy)
@@ -385,6 +412,15 @@ class Qualification(Model):
     fallback_campaigns: list[str] = []
     # Suppression lists (POST /api/v1/suppression-lists) checked at intake and before delivery.
     suppression_list_ids: list[str] = []
+    verifications: list[Verification] = []
+
+    def __post_init__(self) -> None:
+        # A step's result is kept on the lead under its verifier's name: one step per verifier.
+        seen: set[str] = set()
+        for i, step in enumerate(self.verifications):
+            if step.verifier in seen:
+                invalid(f"verifications[{i}].verifier", f"{step.verifier!r} is already a step of this campaign")
+            seen.add(step.verifier)
 
 
 # 2.1.5 ingestion

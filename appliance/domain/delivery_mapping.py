@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import date
 from functools import lru_cache
 from typing import Any, Final
@@ -38,7 +38,7 @@ from urllib.parse import urlencode
 import msgspec
 
 from appliance.domain.delivery_result import DeliveryResult
-from appliance.domain.endpoint import DeliveryEndpoint, ResponseMatcher, ResponseRules
+from appliance.domain.endpoint import DeliveryEndpoint, FieldMapping, ResponseMatcher, ResponseRules
 from appliance.domain.rules import MISSING, as_number, is_absent, resolve
 
 MAX_RESPONSE_FIELDS: Final = 50
@@ -121,9 +121,15 @@ def build_payload(endpoint: DeliveryEndpoint, lead: Mapping[str, Any], today: da
     """The body to send (client key -> typed value) and the problems that stop the delivery."""
     if not endpoint.field_mapping:
         return dict(lead), []
+    return mapped_payload(endpoint.field_mapping, lead, today)
+
+
+def mapped_payload(field_mapping: Sequence[FieldMapping], lead: Mapping[str, Any],
+                   today: date) -> tuple[dict[str, Any], list[str]]:
+    """The values `field_mapping` takes from the lead (client key -> typed value) and the problems."""
     payload: dict[str, Any] = {}
     problems: list[str] = []
-    for i, mapping in enumerate(endpoint.field_mapping):
+    for i, mapping in enumerate(field_mapping):
         where = f"fieldMapping[{i}] {mapping.client_key}"
         if mapping.value is not None:
             raw: Any = mapping.value

@@ -28,6 +28,18 @@ def check_http_url(field: str, url: str | None) -> None:
         invalid(field, "must be an http or https URL with a host")
 
 
+def check_headers(field: str, headers: dict[str, str], *, credentials: str | None = None) -> None:
+    """Names that are HTTP tokens, values without line breaks (never echoed: a value may be a
+    credential); with `credentials` (where a credential goes instead), no credential-looking name."""
+    for name, value in headers.items():
+        if not _HEADER_NAME.match(name):
+            invalid(field, "header names must be HTTP tokens")
+        if "\r" in value or "\n" in value:
+            invalid(field, "header values must not contain line breaks")
+        if credentials is not None and looks_like_credential(name):
+            invalid(field, f"{name} looks like a credential: {credentials}")
+
+
 class EndpointAuth(Model):
     type: Literal["none", "basic", "bearer", "header"] = "none"
     username: str | None = None
@@ -114,16 +126,10 @@ class EndpointPing(Model):
 
     def __post_init__(self) -> None:
         check_http_url("url", self.url)
-        if _carries_credentials(self.url):
+        if carries_credentials(self.url):
             invalid("url", "must carry no credential: the ping sends the endpoint's auth and sealed headers")
-        for name, value in self.headers.items():
-            if not _HEADER_NAME.match(name):
-                invalid("headers", "header names must be HTTP tokens")
-            if "\r" in value or "\n" in value:
-                invalid("headers", "header values must not contain line breaks")
-            if looks_like_credential(name):
-                invalid("headers", f"{name} looks like a credential: put it in the endpoint's headers or auth,"
-                                   " which the ping sends too")
+        check_headers("headers", self.headers,
+                      credentials="put it in the endpoint's headers or auth, which the ping sends too")
         if not 50 <= self.timeout_ms <= 10_000:
             invalid("timeoutMs", "must be between 50 and 10000")
         if self.response_rules is None:
@@ -202,14 +208,9 @@ class DeliveryEndpoint(Model):
         if self.test_url and self.adapter not in TEST_ADAPTERS:
             # A plugin adapter may post where its own settings say: a test lead would reach the buyer.
             invalid("testUrl", f"only the built-in {' and '.join(TEST_ADAPTERS)} adapters post to a test address")
-        if self.test_url and _carries_credentials(self.test_url):
+        if self.test_url and carries_credentials(self.test_url):
             invalid("testUrl", "must not carry credentials (a test post is sent with the endpoint's auth and headers)")
-        for name, value in self.headers.items():
-            # Values are never echoed: a header may carry a credential.
-            if not _HEADER_NAME.match(name):
-                invalid("headers", "header names must be HTTP tokens")
-            if "\r" in value or "\n" in value:
-                invalid("headers", "header values must not contain line breaks")
+        check_headers("headers", self.headers)
         if not 0 < self.timeout_seconds <= 120:
             invalid("timeoutSeconds", "must be greater than 0 and at most 120")
         for name in self.secret_headers:
@@ -262,7 +263,7 @@ def looks_like_credential(name: str) -> bool:
         or "".join(words).endswith(_CREDENTIAL_ENDINGS)
 
 
-def _carries_credentials(url: str) -> bool:
+def carries_credentials(url: str) -> bool:
     """User info, or a query parameter whose name says it is a credential."""
     parts = urlsplit(url)
     return "@" in parts.netloc or any(

@@ -70,6 +70,8 @@ class LeadRecord(Model):
     timezone: str | None = None
     notes: str | None = None
     custom_fields: dict[str, Any] = {}
+    # `<verifier>`: {outcome, reason, data} of the latest run of each verification step.
+    verification: dict[str, Any] = {}
     approval: Approval | None = None
     submission_count: int = 0
     created_at: str

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import base64
+import binascii
+from typing import Annotated, Literal
 
 import phonenumbers
+from msgspec import Meta
 
 from appliance.domain.campaign import redacted_repr
 from appliance.domain.endpoint import check_http_url
 from appliance.model import Model, invalid
+
+
+def check_ed25519_public_key(field: str, key: str) -> None:
+    """Telnyx gives its webhook signing key as base64 of the raw 32-byte Ed25519 public key."""
+    try:
+        raw = base64.b64decode(key, validate=True)
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        invalid(field, "must be the base64 of a 32-byte Ed25519 public key (Telnyx: Portal > Keys & Credentials)")
 
 
 def check_e164(field: str, number: str) -> None:
@@ -28,6 +41,7 @@ class SmsProvider(Model):
     auth_token: str | None = None
     api_key: str | None = None
     base_url: str | None = None  # None: the provider's public API (or the install's [sms.<type>])
+    public_key: str | None = None  # Telnyx: checks its webhooks' signatures (public, not a secret)
 
     def __post_init__(self) -> None:
         if not self.provider_id.strip():
@@ -35,6 +49,8 @@ class SmsProvider(Model):
         if not self.type:
             invalid("type", "must not be empty")
         check_http_url("baseUrl", self.base_url)
+        if self.public_key is not None:
+            check_ed25519_public_key("publicKey", self.public_key)
 
     def __repr__(self) -> str:
         return redacted_repr(self, ("auth_token", "api_key"))
@@ -63,6 +79,7 @@ class SmsConfig(Model):
     agents: list[SmsAgent] = []
     default_provider_id: str | None = None
     campaign_providers: dict[str, str] = {}  # campaign code -> providerId
+    help_text: Annotated[str, Meta(min_length=1, max_length=1600)] | None = None  # the answer to HELP / INFO
 
     def __post_init__(self) -> None:
         known = {p.provider_id for p in self.providers}

@@ -23,7 +23,8 @@ NEEDED: dict[str, str] = {
     # reading
     "listCampaigns": VIEWER, "listQuestionnaires": VIEWER, "listFieldLibrary": VIEWER,
     "getFieldLibraryEntry": VIEWER, "listLeads": VIEWER, "getLead": VIEWER, "getSubmission": VIEWER,
-    "getFile": VIEWER, "getFileContent": VIEWER, "listFiles": VIEWER, "listLeadMessages": VIEWER, "listLedgerEntries": VIEWER,
+    "getFile": VIEWER, "getFileContent": VIEWER, "listFiles": VIEWER, "listLeadMessages": VIEWER, "checkSmsOptOut": VIEWER,
+    "listSmsOrphanMessages": VIEWER, "listLedgerEntries": VIEWER,
     "getReportSummary": VIEWER, "listWebhooks": VIEWER, "getWebhook": VIEWER, "listWebhookDeliveries": VIEWER,
     "listSuppressionLists": VIEWER, "getSuppressionList": VIEWER, "listEndpoints": VIEWER,
     "listActivity": VIEWER, "getImport": VIEWER, "listLeadAuctions": VIEWER, "listPings": VIEWER,

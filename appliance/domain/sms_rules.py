@@ -150,3 +150,28 @@ def resolve_provider(sms: SmsConfig | None, campaign_id: str | None, builtin_typ
             chosen = by_id[sms.default_provider_id]
             return ProviderChoice("tenant_default", chosen.type, chosen.provider_id, chosen)
     return ProviderChoice("builtin", builtin_type)
+
+
+# ---- two-way: keywords and delivery reports --------------------------------------------------
+
+Keyword = Literal["stop", "start", "help"]
+
+# The whole message, trimmed, in any case (the carriers' and CTIA's keywords).
+_KEYWORDS: dict[str, Keyword] = {
+    **dict.fromkeys(("STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT", "REVOKE", "OPTOUT"), "stop"),
+    **dict.fromkeys(("START", "UNSTOP"), "start"),
+    **dict.fromkeys(("HELP", "INFO"), "help"),
+}
+
+
+def keyword_of(text: str) -> Keyword | None:
+    return _KEYWORDS.get(text.strip().upper())
+
+
+# How far along an outbound message is: a report never moves it back (reports may come out of
+# order). `error` and `failed` from the send itself carry no provider id, so no report finds them.
+_PROGRESS = {"sending": 0, "queued": 1, "sent": 2, "delivered": 3, "undelivered": 3, "failed": 3, "error": 3}
+
+
+def report_moves(current: str, reported: str) -> bool:
+    return _PROGRESS.get(reported, -1) > _PROGRESS.get(current, 0)

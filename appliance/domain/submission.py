@@ -241,6 +241,7 @@ def build_lead(body: SubmitLead | PingLead, *, lead_id: str, existing: LeadRecor
         timezone=body.timezone if body.timezone is not None else (base.timezone if base else None),
         notes=body.notes if body.notes is not None else (base.notes if base else None),
         custom_fields=merged(body.custom_fields, base.custom_fields if base else None),
+        verification=base.verification if base else {},
         approval=base.approval if base else None,
         submission_count=base.submission_count if base else 0,
         source_id=base.source_id if base else None,

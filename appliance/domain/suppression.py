@@ -6,8 +6,14 @@ lead's is (`to_e164`); the digest is SHA-256 of the kind and the normalized valu
 from __future__ import annotations
 
 import hashlib
+from typing import Final
 
 from appliance.domain.normalize import is_valid_email, normalize_email, to_e164
+
+
+# Every tenant's list of the phones that answered STOP to its texts (kept by the SMS webhooks): a
+# campaign may name it in `qualification.suppressionListIds` like a list of its own.
+SMS_OPT_OUTS: Final = "sms-opt-outs"
 
 
 def email_hash(email: str) -> bytes:

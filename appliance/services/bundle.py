@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime, time
 from pathlib import PurePath
 from typing import Any, Literal, TypeVar
@@ -17,11 +17,13 @@ from typing import Any, Literal, TypeVar
 import msgspec
 from msgspec.structs import replace
 
+from appliance import sdk
 from appliance.domain.documents import adapter_of, file_key_of, placeholders
 from appliance.domain.campaign import Campaign, Condition, RuleSet, SubRule
 from appliance.domain.catalog import FieldLibraryEntry, Questionnaire, ValueSet
 from appliance.domain.endpoint import SEALED, DeliveryEndpoint, split_credentials
 from appliance.domain.messaging import Pixel, SmsConfig
+from appliance.domain.suppression import SMS_OPT_OUTS
 from appliance.domain.secret_refs import (
     endpoint_secret_ref, pixel_token_ref, sms_secret_ref, source_key_ref, webhook_secret_ref,
 )
@@ -78,6 +80,7 @@ def load_bundle(
     stored_campaigns: Sequence[Campaign] = (),
     known_field_keys: frozenset[str] | None = None,
     known_esign_adapters: frozenset[str] | None = None,
+    verifiers: Mapping[str, sdk.Verifier] | None = None,
 ) -> TenantBundle:
     """Decode and check a bundle. `known_*` are the tenant's stored ids that references may name.
     With `known_questionnaires` None, questionnaireIds are checked only against a bundle that
@@ -86,7 +89,9 @@ def load_bundle(
     whose auctions must still find a ping or a bid for each buyer once the bundle is in.
     `known_field_keys`: the tenant's field library keys (the bundle's are added), which a
     document's `field_library` mapping must name; `known_esign_adapters`: the e-signature adapters
-    loaded, which a document's `type` must name (None: not checked)."""
+    loaded, which a document's `type` must name (None: not checked); `verifiers`: the verifiers
+    loaded, which a campaign's verification steps must name and whose config each checks (None:
+    not checked)."""
     bundle = _decode(_parse(raw, fmt))
     problems = _cross_check(
         bundle,
@@ -104,6 +109,8 @@ def load_bundle(
     problems += _document_problems(
         bundle, None if known_field_keys is None else known_field_keys | {f.key for f in bundle.field_library},
         known_esign_adapters)
+    if verifiers is not None:
+        problems += _verification_problems(bundle, verifiers)
     replaced = {c.campaign_id for c in bundle.campaigns}
     for i, e in enumerate(bundle.delivery_endpoints):
         if e.ping is not None:
@@ -113,12 +120,13 @@ def load_bundle(
         if needing:
             problems.append(f"deliveryEndpoints[{i}].ping: required: campaign {', '.join(needing)} sells to this"
                             " buyer at auction without a fixed bid")
-    if known_suppression_lists is not None:  # lists live in the database only, never in a bundle
+    # Lists live in the database only, never in a bundle; `sms-opt-outs` is every tenant's own.
+    if known_suppression_lists is not None:
         problems += [
             f"campaigns[{i}].qualification.suppressionListIds[{j}]: unknown suppression list"
             for i, c in enumerate(bundle.campaigns)
             for j, list_id in enumerate(c.qualification.suppression_list_ids)
-            if list_id not in known_suppression_lists
+            if list_id not in known_suppression_lists and list_id != SMS_OPT_OUTS
         ]
     if problems:
         raise BundleError(problems)
@@ -348,6 +356,25 @@ def _document_problems(bundle: TenantBundle, field_keys: frozenset[str] | None,
                 elif o.source_value not in field_keys and not o.source_value.startswith("questionnaire."):
                     problems.append(f"{path}.fieldMappingOverrides[{k}].sourceValue: unknown field library key"
                                     f" {o.source_value!r}")
+    return problems
+
+
+def _verification_problems(bundle: TenantBundle, verifiers: Mapping[str, sdk.Verifier]) -> list[str]:
+    """A verification step must name a loaded verifier, with a config that verifier accepts."""
+    problems = []
+    for i, c in enumerate(bundle.campaigns):
+        for j, step in enumerate(c.qualification.verifications):
+            path = f"campaigns[{i}].qualification.verifications[{j}]"
+            verifier = verifiers.get(step.verifier)
+            if verifier is None:
+                known = ", ".join(sorted(verifiers)) or "none"
+                problems.append(f"{path}.verifier: unknown verifier {step.verifier!r} (loaded: {known})")
+                continue
+            try:
+                found = verifier.validate(step.config)
+            except Exception as exc:  # a plugin's bug: the config cannot be said to be good
+                found = [f"config: the {step.verifier} verifier could not check it ({type(exc).__name__})"]
+            problems += [f"{path}.{problem}" for problem in found if isinstance(problem, str)]
     return problems
 
 

@@ -15,6 +15,7 @@ import msgspec
 from appliance import passwords
 from appliance.clock import iso
 from appliance.domain.normalize import normalize_email
+from appliance.domain.suppression import phone_hash
 from appliance.domain.tenant_options import TenantOptions, owes_enrolment
 from appliance.domain.auction import shown as auction_shown
 from appliance.domain.report import ReportSummary
@@ -213,9 +214,10 @@ class LeadView:
     submissions: list[dict[str, Any]]
     attempts: list[DeliveryAttempt]
     files: list[dict[str, Any]]
-    messages: list[Any]
+    messages: list[Any]  # its texts both ways, oldest first (a conversation reads down)
     ledger: list[dict[str, Any]]
     auctions: list[Any]  # its auction rounds, newest first (domain/auction.AuctionShown)
+    opted_out_since: str | None = None  # when the lead's phone answered STOP to the tenant's texts
 
 
 def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None:
@@ -229,11 +231,14 @@ def lead_view(runtime: Runtime, tenant_id: str, lead_id: str) -> LeadView | None
         files = [msgspec.json.decode(d) for d in tx.files.docs_of(tenant_id, lead_id)]
         ledger = tx.ledger.page(tenant_id, LedgerFilter(lead_id=lead_id), 200)
         auctions = [auction_shown(record) for record in tx.auctions.of_lead(tenant_id, lead_id, None, 50)]
+        phone = tx.leads.lead_of(tx.leads.lead_row(tenant_id, lead_id)).phone_e164
+        opted_out_since = tx.messages.opted_out_since(tenant_id, phone_hash(phone)) if phone else None
     attempts = [DeliveryAttempt(e.get("timestamp"), e["type"], (e.get("details") or {}).get("deliveryEndpointId"),
                                 (e.get("details") or {}).get("statusCode"), e.get("reason"))
                 for s in submissions for e in s.get("journeyEvents", ()) if e.get("type") in _DELIVERY_EVENTS]
-    messages = sms.lead_messages(runtime, tenant_id, lead_id, None, 100).items
-    return LeadView(msgspec.json.decode(doc), submissions, attempts, files, messages, ledger, auctions)
+    messages = sms.lead_messages(runtime, tenant_id, lead_id, None, 100).items[::-1]
+    return LeadView(msgspec.json.decode(doc), submissions, attempts, files, messages, ledger, auctions,
+                    opted_out_since)
 
 
 # ---- webhooks ------------------------------------------------------------------------------------

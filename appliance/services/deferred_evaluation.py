@@ -1,7 +1,8 @@
 """Routing and qualifying a lead after its submit answered (`evaluate` jobs): a source that asks
 for a quick answer (`shortCircuitSyncEvaluation`), or a campaign that verifies TrustedForm
 certificates, leaves the lead `pending` for the claim loop (jobs/delivery.py) to bring here. The
-certificate is claimed first; a qualified lead gets its `deliver` job."""
+certificate is claimed first, then the campaign's verification steps run, then routing and
+qualification; a qualified lead gets its `deliver` job."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from appliance.domain.approval import held_by_approval
 from appliance.domain.documents import first_job
 from appliance.domain.pipeline import evaluate, snapshot
 from appliance.domain.submission import facts_of
+from appliance.domain.verification import apply_verdict
 from appliance.domain.webhooks import RETRY_SCHEDULE
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
 from appliance.services.delivery_attempt import Attempt, ClaimedWrite, settle
 from appliance.services.intake import run_intake_action
+from appliance.services.verification import verify_lead
 from appliance.storage import Job, Session
 
 log = logging.getLogger("appliance.delivery")
@@ -62,14 +65,24 @@ async def evaluate_later(runtime: Runtime, registry: Registry, write: ClaimedWri
             log.info("TrustedForm certificate of %s not verified: %s", job.lead_id, reason)
             return
     source = next((s for s in intake.ingestion.sources if s.source_id == attempt.lead.source_id), None)
-    evaluation = evaluate(facts_of(attempt.lead), intake, attempt.settings.campaigns, source,
+    facts = facts_of(attempt.lead)
+    verdict = None
+    if intake.qualification.verifications:
+        lead, verdict = await verify_lead(runtime, registry, intake, attempt.lead, facts, job.tenant_id, clock.now(),
+                                          http)
+        attempt = replace(attempt, lead=lead)
+    evaluation = evaluate(facts, intake, attempt.settings.campaigns, source,
                           value_sets=attempt.settings.value_sets, today=attempt.now.date(), now=now,
                           prompt_evaluator=registry.prompt_evaluator())
+    if verdict is not None:
+        evaluation = apply_verdict(evaluation, verdict, now)
 
     def unit(tx: Session) -> None:
         status, reason = evaluation.status, evaluation.qualification.reason or evaluation.status
         if claimed is not None:
             _store_claim(tx, attempt, claimed)
+        if verdict is not None and verdict.results:
+            _store_verification(tx, attempt)
         stored = tx.leads.get_lead(job.tenant_id, job.lead_id)
         stored_approval = stored.approval if stored is not None and evaluation.approval is None else None
         if (held := held_by_approval(status, stored_approval)) is not None:
@@ -115,6 +128,14 @@ def _store_claim(tx: Session, attempt: Attempt, claimed: dict) -> None:
         return
     tx.leads.update_lead(attempt.job.tenant_id, msgspec.structs.replace(
         lead, compliance={**lead.compliance, "trustedForm": claimed}))
+
+
+def _store_verification(tx: Session, attempt: Attempt) -> None:
+    """The steps' results on the stored lead, when this is still its latest submission."""
+    lead = tx.leads.get_lead(attempt.job.tenant_id, attempt.lead.lead_id)
+    if lead is None or lead.submission_count != attempt.submission.submission_number:
+        return
+    tx.leads.update_lead(attempt.job.tenant_id, msgspec.structs.replace(lead, verification=attempt.lead.verification))
 
 
 def _claim_later(tx: Session, clock: Clock, attempt: Attempt, claim: trustedform.Claim) -> None:

@@ -242,7 +242,7 @@ async def _send(runtime: Runtime, registry: Registry, attempt: Attempt, document
     except TimeoutError:
         return sdk.EsignSent(outcome="retry", reason=f"{name} did not answer within {timeout:g} s")
     except Exception as exc:  # a plugin's bug: logged, and the document tried again later
-        problem = registry.describe_error(exc, _plugin_of(registry, name))
+        problem = registry.describe_error(exc, registry.plugin_of("esign", name))
         log.error("e-signature adapter %r raised %s", name, problem)
         return sdk.EsignSent(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
     try:  # a plugin's struct is not type-checked when built: checked here, before anything is kept
@@ -275,7 +275,7 @@ async def _fetch(runtime: Runtime, registry: Registry, stored: Managed, http: ht
     except TimeoutError:
         return sdk.EsignFetched(outcome="retry", reason=f"{name} did not answer within {timeout:g} s")
     except Exception as exc:  # a plugin's bug: logged, and tried again later
-        problem = registry.describe_error(exc, _plugin_of(registry, name))
+        problem = registry.describe_error(exc, registry.plugin_of("esign", name))
         log.error("e-signature adapter %r raised %s", name, problem)
         return sdk.EsignFetched(outcome="retry", reason=f"the {name} adapter failed ({problem.split(':', 1)[0]})")
     if not isinstance(fetched, sdk.EsignFetched) or fetched.outcome not in ("fetched", "retry", "failed") \
@@ -300,10 +300,6 @@ def _timeout(settings: dict[str, Any]) -> float:
     value = settings.get("timeout_seconds")
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 \
         else DEFAULT_TIMEOUT_SECONDS
-
-
-def _plugin_of(registry: Registry, name: str) -> str | None:
-    return next((e.plugin for e in registry.entries if e.kind == "esign" and e.name == name), None)
 
 
 def _try_later(tx: Session, clock: Clock, attempt: Attempt, reason: str, status: str | None) -> None:
@@ -490,7 +486,7 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
         verified = bool(adapter.verify_callback(headers, body, settings))
     except Exception as exc:  # a plugin's bug counts as unverified
         log.error("e-signature adapter %r: verify_callback raised %s", adapter_name,
-                  registry.describe_error(exc, _plugin_of(registry, adapter_name)))
+                  registry.describe_error(exc, registry.plugin_of("esign", adapter_name)))
         verified = False
     if not verified:
         log.warning("e-signature callback from %s for tenant %s refused: not verified", adapter_name, tenant_id)
@@ -502,7 +498,7 @@ async def receive_callback(runtime: Runtime, registry: Registry, adapter_name: s
         read = adapter.read_callback(body)
     except Exception as exc:  # a plugin's bug: the body is taken as unreadable
         log.error("e-signature adapter %r: read_callback raised %s", adapter_name,
-                  registry.describe_error(exc, _plugin_of(registry, adapter_name)))
+                  registry.describe_error(exc, registry.plugin_of("esign", adapter_name)))
         read = None
     try:  # a plugin's struct is not type-checked when built
         read = msgspec.convert(msgspec.to_builtins(read), sdk.EsignCallback) \

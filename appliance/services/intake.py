@@ -1,5 +1,5 @@
 """POST /api/v1/leads/submit behind the HTTP layer: everything that needs no earlier data runs
-on the event loop (normalization, routing, qualification); caps and dedupe are decided inside
+on the event loop (normalization, the campaign's verification steps, routing, qualification); caps and dedupe are decided inside
 the write transaction, where concurrent submits are serialized, so caps are never overrun and a
 burst of identical leads yields exactly one original. A 201 means the lead, its submission, its
 ledger entries and its delivery job are committed together."""
@@ -25,6 +25,7 @@ from appliance.domain.pipeline import (
 )
 from appliance.domain.submission import SubmitLead, build_lead, facts_of, with_field_library_problems
 from appliance.domain.suppression import lead_hashes
+from appliance.domain.verification import apply_verdict
 from appliance.errors import Forbidden, InvalidState, ValidationFailed
 from appliance.ids import new_id
 from appliance.plugins import Registry
@@ -33,6 +34,7 @@ from appliance.sdk import IntakeAction
 from appliance.services.tenant_settings import TenantSettings
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
+from appliance.services.verification import costly, verify_lead
 from appliance.storage import Principal, PingRecord, Session
 
 log = logging.getLogger("appliance.intake")
@@ -111,21 +113,37 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: Principa
 
     rejected_at_source = attestation_problem(intake, lead.compliance)
     evaluation = None
+    dedupe = None if lead.is_test or existing is not None else effective_policy(
+        runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
+    dedupe_since = iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None
+    duplicate_seen = None
     # A campaign that verifies TrustedForm certificates qualifies in the job loop, after the claim.
     deferred = bool(source and source.short_circuit_sync_evaluation) \
         or intake.qualification.tcpa_policy.ingestion_policy.verify_certificate
     if rejected_at_source is None and not deferred:
+        verdict = None
+        steps = intake.qualification.verifications
+        if steps:
+            # Steps that call out or block (time, money) are not spent on a duplicate: one query
+            # first. Steps that only compute (`phone`) cost no more than that query (bench/README.md),
+            # so they just run and the transaction finds the duplicate.
+            if dedupe is not None and dedupe_since is not None and costly(registry, steps):
+                earlier = runtime.store.reader().leads.earlier_leads(tenant_id, intake.campaign_id, lead.email,
+                                                                     lead.phone_e164, dedupe_since)
+                duplicate_seen = find_duplicate(dedupe, lead.email, lead.phone_e164, earlier)
+            if duplicate_seen is None:
+                lead, verdict = await verify_lead(runtime, registry, intake, lead, facts, tenant_id, now_dt)
         evaluation = evaluate(facts, intake, settings.campaigns, source, value_sets=settings.value_sets,
                               today=today, now=now, prompt_evaluator=registry.prompt_evaluator())
+        if verdict is not None:
+            evaluation = apply_verdict(evaluation, verdict, now)
     # Suppression costs nothing unless a campaign names lists: then one query in the transaction.
     suppression_lists = _suppression_lists(intake, evaluation)
-    dedupe = None if lead.is_test or existing is not None else effective_policy(
-        runtime.config.defaults.dedupe_window_days, intake.qualification.dedupe_override)
     plan = _Plan(
         tenant_id=tenant_id, lead=lead, facts=facts, intake=intake, source=source, existing=existing is not None,
         based_on=existing.updated_at if existing is not None else None,
         evaluation=evaluation, rejected_at_source=rejected_at_source, caps=source_cap_checks(intake, source, now_dt),
-        dedupe=dedupe, dedupe_since=iso(window_start(dedupe, now_dt)) if dedupe and dedupe.enabled else None,
+        dedupe=dedupe, dedupe_since=dedupe_since, duplicate_seen=duplicate_seen,
         settings=settings, now_dt=now_dt, now=now, submission_id=new_id("sub"),
         suppression_lists=suppression_lists,
         suppression_hashes=lead_hashes(lead.email, lead.phone_e164) if suppression_lists else [],
@@ -146,7 +164,7 @@ _NOT_SOLD = frozenset(("disqualified", "duplicate", "suppressed"))
 
 class _Plan(msgspec.Struct, kw_only=True):
     """A submit's decisions made on the loop, and the write they lead to. (A struct: made on every
-    submit, its 19 fields cost a fifth of a dataclass's Python __init__.)"""
+    submit, its 20 fields cost a fifth of a dataclass's Python __init__.)"""
 
     tenant_id: str
     lead: LeadRecord
@@ -160,6 +178,7 @@ class _Plan(msgspec.Struct, kw_only=True):
     caps: list[CapCheck]
     dedupe: DedupePolicy | None
     dedupe_since: str | None
+    duplicate_seen: str | None  # the earlier lead found before the verification steps, which did not run
     settings: TenantSettings
     now_dt: datetime
     now: str
@@ -191,7 +210,8 @@ class _Plan(msgspec.Struct, kw_only=True):
         if refused is None and suppressed_by is None and self.dedupe is not None and self.dedupe_since is not None:
             earlier = tx.leads.earlier_leads(self.tenant_id, self.intake.campaign_id, lead.email,
                                              lead.phone_e164, self.dedupe_since)
-            duplicate_of = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier)
+            # A duplicate the steps were skipped for stays one, whatever became of its original since.
+            duplicate_of = find_duplicate(self.dedupe, lead.email, lead.phone_e164, earlier) or self.duplicate_seen
         decision = decide_intake(intake=self.intake, now=now, refused_at_source=refused, duplicate_of=duplicate_of,
                                  evaluation=self.evaluation, approval=lead.approval, suppressed_by=suppressed_by)
         if decision.counts_against_caps:

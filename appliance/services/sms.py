@@ -14,12 +14,17 @@ Order of work:
    `[sms.<type>]` table; the built-in default uses the install-wide ones. Base URL: the tenant
    provider's `baseUrl` (checked by the SSRF guard unless `[delivery] allow_private_addresses`),
    else `[sms.<type>] base_url`.
-4. Conversation: with `interactionId` the message is appended to it; otherwise to the open
+4. The recipient must not have opted out (STOP to one of the tenant's texts): 409 INVALID_STATE
+   "recipient opted out", nothing stored or sent. Every send goes through here; only the answer
+   to a HELP (services/sms_webhooks.py) is sent whatever the number's choice, as carriers expect.
+5. Conversation: with `interactionId` the message is appended to it; otherwise to the open
    conversation of this lead from this sender, else a new one (`int_...`). The message
    (`msg_...`, with its GSM-7 / UCS-2 segment count) is committed with status `sending` before
    the provider is called, then updated to its final status: `sent` (accepted), `failed`
    (refused) or `error` (provider unreachable or down, or not installed).
-5. Not accepted: 502 PROVIDER_ERROR whose details carry the provider's reason and the stored
+   With `[server] public_url` set, the provider is asked to report delivery to
+   `<public_url>/hooks/sms/<type>/<tenantId>` (a report moves the message's status on).
+6. Not accepted: 502 PROVIDER_ERROR whose details carry the provider's reason and the stored
    message id. Credentials never appear in a response, an error, a log line or the store.
 """
 
@@ -38,7 +43,8 @@ from appliance.domain import sms_rules
 from appliance.domain.messaging import SmsConfig
 from appliance.domain.normalize import to_e164
 from appliance.domain.secret_refs import sms_secret_ref
-from appliance.errors import NotFound, ProviderError, ValidationFailed
+from appliance.domain.suppression import phone_hash
+from appliance.errors import InvalidState, NotFound, ProviderError, ValidationFailed
 from appliance.ids import new_id
 from appliance.model import Model
 from appliance.plugins import Registry
@@ -86,7 +92,8 @@ class LeadMessage(Model):
     sender: str = msgspec.field(name="from")
     to: str
     body: str
-    status: str                       # sending, sent, failed or error
+    # outbound: sending, queued, sent, delivered, undelivered, failed or error; inbound: received
+    status: str
     reason: str | None
     provider: str
     provider_id: str | None
@@ -121,17 +128,25 @@ def lead_messages(runtime: Runtime, tenant_id: str, lead_id: str, before: str | 
     return LeadMessagePage(items=items, next_cursor=items[-1].message_id if more else None, has_more=more)
 
 
-class _Plan(msgspec.Struct, kw_only=True):
-    lead_id: str
+class Plan(msgspec.Struct, kw_only=True):
+    """A message about to be sent: to whom, from where, through which provider."""
+
+    lead_id: str | None
     recipient: str
     sender: str
     provider: sms_rules.ProviderChoice
     credentials: dict[str, str]
     base_url: str | None
     tenant_base_url: bool
+    status_callback_url: str | None = None
 
 
-def _credentials(runtime: Runtime, tx: Any, tenant_id: str, choice: sms_rules.ProviderChoice) -> dict[str, str]:
+def status_callback_url(runtime: Runtime, tenant_id: str, provider_type: str) -> str | None:
+    public = runtime.config.server.public_url
+    return f"{public.rstrip('/')}/hooks/sms/{provider_type}/{tenant_id}" if public else None
+
+
+def credentials(runtime: Runtime, tx: Any, tenant_id: str, choice: sms_rules.ProviderChoice) -> dict[str, str]:
     install: dict[str, str] = {}
     if choice.type == "twilio":
         cfg = runtime.config.sms.twilio
@@ -159,7 +174,7 @@ def _install_base_url(runtime: Runtime, provider_type: str) -> str | None:
     return None
 
 
-def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
+def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> Plan:
     problems: list[str] = []
     tx = runtime.store.reader()
     with tx:  # one read transaction
@@ -189,21 +204,43 @@ def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> _Plan:
         if problems:
             raise ValidationFailed(problems)
         choice = sms_rules.resolve_provider(sms, resolved_campaign, runtime.config.sms.default_provider)
-        credentials = _credentials(runtime, tx, tenant_id, choice)
-    assert recipient is not None and sender.number is not None
+        assert recipient is not None and sender.number is not None
+        since = tx.messages.opted_out_since(tenant_id, phone_hash(recipient))
+        if since is not None:
+            raise InvalidState([f"to: the recipient opted out of texts from this tenant on {since}"],
+                               message="recipient opted out")
+        found = credentials(runtime, tx, tenant_id, choice)
+    return _plan_of(runtime, tenant_id, lead.lead_id, recipient, sender.number, choice, found)
+
+
+def _plan_of(runtime: Runtime, tenant_id: str, lead_id: str | None, recipient: str, sender: str,
+             choice: sms_rules.ProviderChoice, found: dict[str, str]) -> Plan:
     own_url = choice.provider.base_url if choice.provider is not None else None
-    return _Plan(lead_id=lead.lead_id, recipient=recipient, sender=sender.number, provider=choice,
-                 credentials=credentials, base_url=own_url or _install_base_url(runtime, choice.type),
-                 tenant_base_url=own_url is not None)
+    return Plan(lead_id=lead_id, recipient=recipient, sender=sender, provider=choice, credentials=found,
+                base_url=own_url or _install_base_url(runtime, choice.type), tenant_base_url=own_url is not None,
+                status_callback_url=status_callback_url(runtime, tenant_id, choice.type))
 
 
-def _scrubber(plan: _Plan) -> Scrubber:
+def reply_plan(runtime: Runtime, tenant_id: str, lead_id: str | None, recipient: str, sender: str,
+               choice: sms_rules.ProviderChoice, found: dict[str, str]) -> Plan:
+    """An answer to a lead's text, from the number it wrote to, through the provider it came by."""
+    return _plan_of(runtime, tenant_id, lead_id, recipient, sender, choice, found)
+
+
+async def deliver_reply(runtime: Runtime, registry: Registry, plan: Plan, text: str) -> tuple[str, str | None]:
+    """(status, provider message id) of an answer sent through the provider."""
+    result = await _deliver(runtime, registry, plan, text)
+    status = "sent" if result.accepted else ("error" if result.status == "error" else "failed")
+    return status, _scrubber(plan)(result.provider_message_id or None) if result.accepted else None
+
+
+def _scrubber(plan: Plan) -> Scrubber:
     """Masks the provider's credentials (and the sid:token pair basic auth sends)."""
     secret_values = [v for k, v in plan.credentials.items() if k != "accountSid"]
     return Scrubber(secret_values, [(plan.credentials.get("accountSid"), v) for v in secret_values])
 
 
-async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str) -> SmsResult:
+async def _deliver(runtime: Runtime, registry: Registry, plan: Plan, text: str) -> SmsResult:
     adapter = registry.sms_provider(plan.provider.type)
     if adapter is None:
         return SmsResult(accepted=False, status="error",
@@ -214,7 +251,8 @@ async def _deliver(runtime: Runtime, registry: Registry, plan: _Plan, text: str)
             return SmsResult(accepted=False, status="error" if destination.transient else "failed",
                              reason=f"provider baseUrl refused: {destination.reason}")
     message = SmsMessage(to=plan.recipient, sender=plan.sender, body=text, credentials=plan.credentials,
-                         base_url=plan.base_url, settings=registry.adapter_settings("sms", plan.provider.type))
+                         base_url=plan.base_url, settings=registry.adapter_settings("sms", plan.provider.type),
+                         status_callback_url=plan.status_callback_url)
     try:
         async with http_client() as http:
             result = await adapter.send(message, http)
@@ -277,3 +315,50 @@ async def send(runtime: Runtime, registry: Registry, tenant_id: str, body: SmsSe
         sender=plan.sender, to=plan.recipient, provider=plan.provider.type, provider_id=plan.provider.provider_id,
         provider_message_id=provider_message_id, segments=segments.count, encoding=segments.encoding,
         created_at=now)
+
+
+class OptOutStatus(Model):
+    """Whether texts to the phone are refused, and since when (the first STOP)."""
+
+    opted_out: bool
+    since: str | None
+
+
+def opt_out_status(runtime: Runtime, tenant_id: str, phone: str) -> OptOutStatus:
+    e164 = to_e164(phone, runtime.config.defaults.region)
+    if e164 is None:
+        raise ValidationFailed(["phone: not a phone number (E.164, e.g. +14155552671, or national in the install's"
+                                " region)"])
+    since = runtime.store.reader().messages.opted_out_since(tenant_id, phone_hash(e164))
+    return OptOutStatus(opted_out=since is not None, since=since)
+
+
+class OrphanMessageItem(Model):
+    """A text from a number no lead of the tenant has, or the HELP answer sent back to one."""
+
+    message_id: str
+    direction: str
+    sender: str = msgspec.field(name="from")
+    to: str
+    body: str
+    status: str
+    provider: str
+    provider_id: str | None
+    provider_message_id: str | None
+    created_at: str
+
+
+class OrphanMessagePage(Model):
+    items: list[OrphanMessageItem]
+    next_cursor: str | None
+    has_more: bool
+
+
+def orphan_messages(runtime: Runtime, tenant_id: str, before: str | None, limit: int) -> OrphanMessagePage:
+    rows = runtime.store.reader().messages.orphans(tenant_id, before, limit + 1)
+    items = [OrphanMessageItem(
+        message_id=m.message_id, direction=m.direction, sender=m.sender, to=m.recipient, body=m.body, status=m.status,
+        provider=m.provider_type, provider_id=m.provider_id, provider_message_id=m.provider_message_id,
+        created_at=m.created_at) for m in rows[:limit]]
+    more = len(rows) > limit
+    return OrphanMessagePage(items=items, next_cursor=items[-1].message_id if more else None, has_more=more)

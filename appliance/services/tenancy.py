@@ -4,12 +4,13 @@ each is one write transaction, so a failed import changes nothing."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from appliance import apikeys
+from appliance import apikeys, sdk
 from appliance.adapters import netguard
 from appliance.domain.webhooks import MIN_SECRET_BYTES, BundleWebhook, Webhook, new_secret
 from appliance.services.bundle import BundleError, TenantBundle, load_bundle, split_secrets
@@ -136,11 +137,13 @@ def revoke_key(runtime: Runtime, key_or_id: str) -> tuple[str, str]:
 
 
 def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str, *,
-                  esign_adapters: frozenset[str] | None = None) -> dict[str, Any]:
+                  esign_adapters: frozenset[str] | None = None,
+                  verifiers: Mapping[str, sdk.Verifier] | None = None) -> dict[str, Any]:
     """Validate the whole bundle first, then upsert it in one transaction. Plaintext secrets are
     sealed before they reach storage; a source `apiKey` becomes that source's key. A new webhook
     without a secret gets one, returned (once) under `webhookSecrets`. `esign_adapters`: the
-    e-signature adapters loaded, which campaign documents must name (None: not checked)."""
+    e-signature adapters loaded, which campaign documents must name; `verifiers`: the verifiers
+    loaded, which verification steps must name and whose configs they check (None: not checked)."""
     require_tenant(runtime, tenant_id)
     reader = runtime.store.reader()
     bundle = load_bundle(
@@ -157,6 +160,7 @@ def import_bundle(runtime: Runtime, tenant_id: str, raw: bytes, fmt: str, *,
         known_field_keys=frozenset(f.key for f in STANDARD_FIELDS) | frozenset(reader.catalog.doc_ids(FIELD_LIBRARY,
                                                                                                    tenant_id)),
         known_esign_adapters=esign_adapters,
+        verifiers=verifiers,
     )
     unsendable = _unsendable_urls(bundle) + [
         problem for i, w in enumerate(bundle.webhooks)

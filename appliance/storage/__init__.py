@@ -18,7 +18,7 @@ from appliance.storage.imports import MAX_ERRORS as MAX_IMPORT_ERRORS, ImportRec
 from appliance.storage.jobs import ClaimLost, Job
 from appliance.storage.leads import NAME_JOIN_MAX, LeadFilter
 from appliance.storage.ledger import LedgerFilter
-from appliance.storage.messages import Conversation, Message
+from appliance.storage.messages import Conversation, Message, OrphanMessage
 from appliance.storage.migrations import MIGRATIONS
 from appliance.storage.pings import PingRecord
 from appliance.storage.postgres.url import redact as redact_url
@@ -70,7 +70,7 @@ __all__ = [
     "WEBHOOKS", "NewEvents", "OutboxEvent",
     "MAX_IMPORT_ERRORS", "ImportRecord",
     "ActivityRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",
-    "ClaimLost", "Message", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
+    "ClaimLost", "Message", "OrphanMessage", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
     "restore_database", "hand_over_the_gil_quickly",
 ]

@@ -194,6 +194,13 @@ class Leads:
             )
         return found
 
+    def latest_lead_with_phone(self, tenant_id: str, phone_e164: str) -> str | None:
+        """The id of the tenant's most recent lead with this phone (an inbound text's sender)."""
+        found = self._conn.execute(
+            "SELECT lead_id FROM leads WHERE tenant_id = ? AND phone_hash64 = ? AND phone_e164 = ?"
+            " ORDER BY created_at DESC, lead_id DESC LIMIT 1", (tenant_id, hash64(phone_e164), phone_e164)).fetchone()
+        return found[0] if found else None
+
     def earlier_leads(self, tenant_id: str, intake_campaign_id: str, email: str | None,
                       phone_e164: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
         """Live (not duplicate, not test) leads posted to the campaign since `since`, sharing the email

@@ -818,3 +818,40 @@ def m021_esign_files(conn: apsw.Connection) -> None:
         );
         """
     )
+
+
+@migration
+def m022_sms_two_way(conn: apsw.Connection) -> None:
+    # Two-way SMS (services/sms_webhooks.py): a delivery report names the provider's message id;
+    # an inbound message from a number no lead has is kept apart (it has no lead or conversation);
+    # an opt-out is the SHA-256 digest of the E.164 phone, as suppression entries are.
+    conn.execute(
+        """
+        CREATE INDEX sms_messages_by_provider_id ON sms_messages(tenant_id, provider_type, provider_message_id)
+            WHERE provider_message_id IS NOT NULL;
+        CREATE TABLE sms_orphan_messages (
+            message_id TEXT PRIMARY KEY,
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            direction TEXT NOT NULL,           -- inbound, or outbound for a HELP answer
+            sender TEXT NOT NULL,
+            recipient TEXT NOT NULL,
+            body TEXT NOT NULL,
+            provider_id TEXT,
+            provider_type TEXT NOT NULL,
+            provider_message_id TEXT,
+            status TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        );
+        CREATE INDEX sms_orphan_messages_by_tenant ON sms_orphan_messages(tenant_id, message_id);
+        CREATE INDEX sms_orphan_messages_by_provider_id
+            ON sms_orphan_messages(tenant_id, provider_type, provider_message_id) WHERE provider_message_id IS NOT NULL;
+        CREATE INDEX sms_orphan_messages_sending ON sms_orphan_messages(created_at) WHERE status = 'sending';
+        CREATE TABLE sms_opt_outs (
+            tenant_id TEXT NOT NULL REFERENCES tenants(tenant_id),
+            hash BLOB NOT NULL CHECK (length(hash) = 32),
+            keyword TEXT NOT NULL,
+            since TEXT NOT NULL,
+            PRIMARY KEY (tenant_id, hash)
+        ) WITHOUT ROWID;
+        """
+    )

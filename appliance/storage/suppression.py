@@ -8,6 +8,8 @@ from collections.abc import Iterable, Sequence
 
 import apsw
 
+from appliance.domain.suppression import SMS_OPT_OUTS
+
 SuppressionListRow = tuple[str, str, str, int]  # (list_id, name, created_at, entry count)
 
 
@@ -71,9 +73,19 @@ class Suppression:
 
     def first_match(self, tenant_id: str, list_ids: Sequence[str], hashes: Sequence[bytes]) -> str | None:
         """The first of `list_ids` (the tenant's) holding any of `hashes`, or None: one query, a
-        primary-key probe per (list, digest)."""
+        primary-key probe per (list, digest). `sms-opt-outs` is the tenant's SMS opt-outs (kept by
+        the SMS webhooks alone: it is no list of `suppression_lists`, so the lists API cannot
+        change it)."""
         if not list_ids or not hashes:
             return None
+        if SMS_OPT_OUTS in list_ids:
+            digests = ",".join("?" * len(hashes))
+            if self._conn.execute(f"SELECT 1 FROM sms_opt_outs WHERE tenant_id = ? AND hash IN ({digests}) LIMIT 1",
+                                  (tenant_id, *hashes)).fetchone() is not None:
+                return SMS_OPT_OUTS
+            list_ids = [list_id for list_id in list_ids if list_id != SMS_OPT_OUTS]
+            if not list_ids:
+                return None
         lists = ",".join("?" * len(list_ids))
         digests = ",".join("?" * len(hashes))
         found = self._conn.execute(

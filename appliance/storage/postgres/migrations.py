@@ -652,6 +652,35 @@ CREATE TABLE file_contents (
 );
 """)
 
+_migration("m022_sms_two_way", """
+CREATE INDEX sms_messages_by_provider_id ON sms_messages(tenant_id, provider_type, provider_message_id)
+    WHERE provider_message_id IS NOT NULL;
+CREATE TABLE sms_orphan_messages (
+    message_id text PRIMARY KEY,
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    direction text NOT NULL,
+    sender text NOT NULL,
+    recipient text NOT NULL,
+    body text NOT NULL,
+    provider_id text,
+    provider_type text NOT NULL,
+    provider_message_id text,
+    status text NOT NULL,
+    created_at text NOT NULL
+);
+CREATE INDEX sms_orphan_messages_by_tenant ON sms_orphan_messages(tenant_id, message_id);
+CREATE INDEX sms_orphan_messages_by_provider_id
+    ON sms_orphan_messages(tenant_id, provider_type, provider_message_id) WHERE provider_message_id IS NOT NULL;
+CREATE INDEX sms_orphan_messages_sending ON sms_orphan_messages(created_at) WHERE status = 'sending';
+CREATE TABLE sms_opt_outs (
+    tenant_id text NOT NULL REFERENCES tenants(tenant_id),
+    hash bytea NOT NULL CHECK (length(hash) = 32),
+    keyword text NOT NULL,
+    since text NOT NULL,
+    PRIMARY KEY (tenant_id, hash)
+);
+""")
+
 # PostgreSQL's own migrations (named pgNN: SQLite has no counterpart, and main's next mNNN
 # cannot collide with them).
 _migration("pg01_job_leases", """
