@@ -15,10 +15,12 @@ import httpx
 import pytest
 
 from appliance import sdk
+from appliance.adapters import netguard
 from appliance.config import Config, PluginsConfig
 from appliance.plugins import load_plugins
 from tests.buyer_server import BuyerServer, Received, Reply, free_port
 from tests.conftest import make_tenant
+from tests.http_helpers import fake_dns
 from tests.submit_support import configured
 
 SECRET = "lookup-api-key-0123456789"
@@ -129,6 +131,50 @@ def test_nothing_is_sent_without_a_required_value_or_to_a_refused_address(servic
     closed = verify(verifier, config(service, url=f"http://127.0.0.1:{free_port()}/check"))
     assert closed == sdk.VerificationResult(outcome="unknown",
                                             reason="the lookup service could not be reached (connection failed)")
+
+
+def test_the_lookup_connects_to_the_address_the_guard_checked(service, monkeypatch):
+    # The name "resolves" (for the guard) to the service's address, deemed public: the request must
+    # go to exactly that address, not to whatever a second lookup says (DNS rebinding), keeping
+    # the name in the Host header and the origin's credentials.
+    fake_dns(monkeypatch, ["127.0.0.1"])
+    monkeypatch.setattr(netguard, "address_problem", lambda ip: None)
+    netguard.forget_resolutions()
+    try:
+        service.route("/check", status=200, body={"result": {"status": "pass"}})
+        url = f"http://lookup.test:{service.port}/check"
+        verifier = lookup(credentials={f"http://lookup.test:{service.port}": {"X-Api-Key": SECRET}})
+        assert verify(verifier, config(service, url=url), allow_private=False) == sdk.VerificationResult(
+            outcome="pass")
+        (sent,) = service.requests
+        assert sent.headers["host"] == f"lookup.test:{service.port}" and sent.headers["x-api-key"] == SECRET
+        assert sent.json()["phone"] == "+14155550123"
+    finally:
+        netguard.forget_resolutions()
+
+
+def _nested(levels: int) -> dict:
+    data: dict = {"line": "mobile"}
+    for _ in range(levels):
+        data = {"a": data}
+    return data
+
+
+@pytest.mark.parametrize(("details", "reason"), [
+    ({"blob": "x" * 20_000}, "the lookup service's data at result.details is 20011 bytes, more than 16384"),
+    (_nested(200), "the lookup service's data at result.details nests deeper than 32 levels"),
+])
+def test_data_too_large_or_too_deep_is_unknown(service, details, reason):
+    # What a plugin's step may not keep on a lead, the built-in lookup may not either.
+    service.route("/check", status=200, body={"result": {"status": "pass", "details": details}})
+    assert verify(lookup(service), config(service)) == sdk.VerificationResult(outcome="unknown", reason=reason)
+
+
+def test_a_reason_keeps_no_control_characters(service):
+    service.route("/check", status=200, body={"result": {"status": "fail", "message": "line\r\nX-Forged: 1\u0000 gone",
+                                                         "details": {}}})
+    assert verify(lookup(service), config(service)) == sdk.VerificationResult(
+        outcome="fail", reason="line X-Forged: 1 gone")
 
 
 def test_the_cache_key_is_the_request_sent(service):

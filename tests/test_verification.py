@@ -24,6 +24,7 @@ from appliance.app import create_app
 from appliance.config import load_config
 from appliance.plugins import Registry, load_plugins
 from appliance.services import tenancy
+from appliance.services.bundle import BundleError, load_bundle
 from tests.bundles import campaign
 from tests.conftest import Tenant, make_tenant
 from tests.servers import live_server
@@ -63,6 +64,15 @@ def answer(name, config, lead):
         return VerificationResult(outcome="pass", data={"when": object()})
     if said == "huge":
         return VerificationResult(outcome="pass", data={"x": "y" * 20_000})
+    if said in ("deep", "nested"):  # past the encoder's recursion limit; small, but 600 levels deep
+        data = {}
+        for _ in range(5000 if said == "deep" else 600):
+            data = {"a": data}
+        return VerificationResult(outcome="pass", data=data)
+    if said == "circular":
+        data = {}
+        data["self"] = data
+        return VerificationResult(outcome="pass", data=data)
     if said == "leak":
         return VerificationResult(outcome="fail", reason=f"denied for {SETTINGS['token']}",
                                   data={"echo": SETTINGS["token"]})
@@ -314,6 +324,9 @@ def test_the_phone_verifier_says_what_the_phone_number_library_says():
     ("list_outcome", "verification inline could not tell: inline answered an outcome other than pass, fail or unknown"),
     ("not_json", "verification inline could not tell: inline answered data that is not JSON (TypeError)"),
     ("huge", "verification inline could not tell: inline answered 20008 bytes of data, more than 16384"),
+    ("deep", "verification inline could not tell: inline answered data nested deeper than 32 levels"),
+    ("nested", "verification inline could not tell: inline answered data nested deeper than 32 levels"),
+    ("circular", "verification inline could not tell: inline answered data nested deeper than 32 levels"),
 ])
 def test_a_verifier_that_raises_or_answers_garbage_is_unknown_never_a_500(api, runtime, caplog, answer, reason):
     tenant = tenant_with(runtime, campaign("PG1", "Garbage", **steps(
@@ -521,3 +534,18 @@ def test_the_import_refuses_bad_steps_naming_the_field(cli, tmp_path, registry):
     assert stored["qualification"]["verifications"] == [
         {"verifier": "phone", "config": {"lineTypes": ["mobile"]}, "onFail": "review", "onUnknown": "pass",
          "sample": 0.25, "cacheSeconds": 3600, "timeoutMs": 500}]
+
+
+@pytest.mark.parametrize("said", [None, "config: not a list", 7])
+def test_a_verifier_whose_validate_answers_no_list_is_named_at_import(said):
+    class Odd(sdk.Verifier):
+        name = "odd"
+
+        def validate(self, config):
+            return said
+
+    raw = json.dumps({"campaigns": [campaign("IO1", "Odd", **steps({"verifier": "odd"}))]}).encode()
+    with pytest.raises(BundleError) as refused:
+        load_bundle(raw, "json", verifiers={"odd": Odd()})
+    assert refused.value.problems == ["campaigns[0].qualification.verifications[0].config: the odd verifier could"
+                                      " not check it (it answered no list of problems)"]

@@ -30,6 +30,11 @@ from appliance.domain.pipeline import Evaluation, event
 Outcome = Literal["pass", "fail", "unknown"]
 Action = Literal["pass", "flag", "review", "error", "disqualify"]
 OUTCOMES: Final = frozenset(("pass", "fail", "unknown"))
+# What a step's `data` may be (a verifier's answer past either is `unknown`): its JSON size, and how
+# deep its objects and lists nest (code that walks data recursively, a scrubber, a template, must
+# never run out of stack on a lead).
+MAX_DATA_BYTES: Final = 16 * 1024
+MAX_DATA_DEPTH: Final = 32
 _SEVERITY: Final = {"pass": 0, "flag": 1, "review": 2, "error": 3, "disqualify": 4}
 
 
@@ -48,6 +53,24 @@ class Verdict(msgspec.Struct, frozen=True):
     reason: str | None  # the deciding step's, for anything but pass
     results: dict[str, dict[str, Any]]  # verification.<name> = {outcome, reason, data}
     event: JourneyEvent  # `verified`, with each step's outcome and what it did
+
+
+def nested_deeper(value: Any, limit: int = MAX_DATA_DEPTH) -> bool:
+    """Whether objects and lists in `value` (plain JSON values) nest more than `limit` levels
+    (`{}` is one level); walked without recursion."""
+    pending = [(value, 1)]
+    while pending:
+        node, depth = pending.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return True
+        pending.extend((child, depth + 1) for child in children if isinstance(child, (dict, list, tuple)))
+    return False
 
 
 def sampled(step: Verification, draw: float) -> bool:

@@ -374,6 +374,8 @@ def _verification_problems(bundle: TenantBundle, verifiers: Mapping[str, sdk.Ver
                 found = verifier.validate(step.config)
             except Exception as exc:  # a plugin's bug: the config cannot be said to be good
                 found = [f"config: the {step.verifier} verifier could not check it ({type(exc).__name__})"]
+            if not isinstance(found, (list, tuple)):  # a plugin's bug too (None, a lone string)
+                found = [f"config: the {step.verifier} verifier could not check it (it answered no list of problems)"]
             problems += [f"{path}.{problem}" for problem in found if isinstance(problem, str)]
     return problems
 

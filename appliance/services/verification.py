@@ -8,7 +8,7 @@ domain/verification.py's.
   `unknown` (a thread still running then is left to finish; its answer is dropped).
 - Anything but a well-formed `VerificationResult` (an exception, another type, an outcome other
   than pass / fail / unknown, a reason that is not text, data that is not a JSON object of at
-  most 16 KiB) is `unknown`, with the reason; the verifier's configured values (its plugin
+  most 16 KiB nesting at most 32 levels) is `unknown`, with the reason; the verifier's configured values (its plugin
   table) are masked in reasons, data and log lines. A built-in verifier's result is the
   appliance's own and taken as it is (the checks cost a phone step a tenth of its time).
 - With `cacheSeconds`, a pass or fail is reused for that long, in this process, for the same
@@ -37,13 +37,21 @@ from appliance.clock import Clock, iso
 from appliance.domain.campaign import Campaign, Verification
 from appliance.domain.lead import LeadRecord
 from appliance.domain.rules import MISSING, IdentityCache
-from appliance.domain.verification import OUTCOMES, StepResult, Verdict, judge, sampled
+from appliance.domain.verification import (
+    MAX_DATA_BYTES,
+    MAX_DATA_DEPTH,
+    OUTCOMES,
+    StepResult,
+    Verdict,
+    judge,
+    nested_deeper,
+    sampled,
+)
 from appliance.plugins import Registry
 from appliance.runtime import Runtime
 
 log = logging.getLogger("appliance.verification")
 
-MAX_DATA_BYTES = 16 * 1024
 MAX_REASON_CHARS = 300
 POOL_THREADS = 32  # blocking verifiers running at once in a process; more wait their turn (and their timeout)
 CACHE_ENTRIES = 100_000
@@ -285,8 +293,16 @@ def _checked(prepared: _Prepared, name: str, answer: Any) -> StepResult:
         return _unknown(name, f"{name} answered a reason that is not text")
     if not isinstance(data, dict):
         return _unknown(name, f"{name} answered data that is not an object")
+    deeper = f"{name} answered data nested deeper than {MAX_DATA_DEPTH} levels"
     try:
         data = msgspec.to_builtins(data, str_keys=True)
+    except RecursionError:  # nested past the interpreter's limit, or an object that holds itself
+        return _unknown(name, deeper)
+    except (TypeError, ValueError, OverflowError) as exc:
+        return _unknown(name, f"{name} answered data that is not JSON ({type(exc).__name__})")
+    if nested_deeper(data):
+        return _unknown(name, deeper)
+    try:
         size = len(msgspec.json.encode(data))
     except (TypeError, ValueError, OverflowError) as exc:
         return _unknown(name, f"{name} answered data that is not JSON ({type(exc).__name__})")
