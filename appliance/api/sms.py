@@ -19,6 +19,15 @@ Query = Annotated[str | None, QueryParameter()]
 TAGS = ["SMS"]  # this module's group in the OpenAPI document
 
 
+def _page_of(request: Request) -> tuple[str | None, int]:
+    """A message list's `cursor` (the previous page's last messageId; ids are time-ordered) and
+    `limit`."""
+    before = query_str(request, "cursor")
+    if before is not None and not before.startswith("msg_"):
+        raise ValidationFailed(["cursor: not a message id (use nextCursor of the previous page)"])
+    return before, query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
+
+
 @post("/api/v1/sms/send", operation_id="sendSms",
       summary="Send a text message to a lead", tags=TAGS,
       description=("Sends an SMS to the lead's phone through the tenant's provider and stores it. 404 NOT_FOUND for"
@@ -44,10 +53,7 @@ async def send_sms(request: Request) -> Response:
 def list_lead_messages(request: Request, lead_id: LeadId, cursor: Query = None, limit: Query = None) -> Response:
     """The SMS messages of the lead's conversations, newest first; `cursor` = messageId of the
     previous page's last item (ids are time-ordered)."""
-    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    before = query_str(request, "cursor")
-    if before is not None and not before.startswith("msg_"):
-        raise ValidationFailed(["cursor: not a message id (use nextCursor of the previous page)"])
+    before, per_page = _page_of(request)
     return ok(sms.lead_messages(request.app.state.runtime, principal(request.scope).tenant_id, lead_id, before,
                                 per_page))
 
@@ -77,10 +83,7 @@ def check_sms_opt_out(request: Request, phone: Query = None) -> Response:
           "query": {"cursor": {"type": "string", "pattern": "^msg_",
                                "description": "nextCursor of the previous page (a messageId)."}}})
 def list_sms_orphan_messages(request: Request, cursor: Query = None, limit: Query = None) -> Response:
-    per_page = query_int(request, "limit", DEFAULT_LIMIT, maximum=MAX_LIMIT)
-    before = query_str(request, "cursor")
-    if before is not None and not before.startswith("msg_"):
-        raise ValidationFailed(["cursor: not a message id (use nextCursor of the previous page)"])
+    before, per_page = _page_of(request)
     return ok(sms.orphan_messages(request.app.state.runtime, principal(request.scope).tenant_id, before, per_page))
 
 
