@@ -210,21 +210,16 @@ def _plan(runtime: Runtime, tenant_id: str, body: SmsSendBody) -> Plan:
             raise InvalidState([f"to: the recipient opted out of texts from this tenant on {since}"],
                                message="recipient opted out")
         found = credentials(runtime, tx, tenant_id, choice)
-    return _plan_of(runtime, tenant_id, lead.lead_id, recipient, sender.number, choice, found)
+    return plan_of(runtime, tenant_id, lead.lead_id, recipient, sender.number, choice, found)
 
 
-def _plan_of(runtime: Runtime, tenant_id: str, lead_id: str | None, recipient: str, sender: str,
-             choice: sms_rules.ProviderChoice, found: dict[str, str]) -> Plan:
+def plan_of(runtime: Runtime, tenant_id: str, lead_id: str | None, recipient: str, sender: str,
+            choice: sms_rules.ProviderChoice, found: dict[str, str]) -> Plan:
+    """A text to send: an API send's, or an answer to a lead's text from the number it wrote to."""
     own_url = choice.provider.base_url if choice.provider is not None else None
     return Plan(lead_id=lead_id, recipient=recipient, sender=sender, provider=choice, credentials=found,
                 base_url=own_url or _install_base_url(runtime, choice.type), tenant_base_url=own_url is not None,
                 status_callback_url=status_callback_url(runtime, tenant_id, choice.type))
-
-
-def reply_plan(runtime: Runtime, tenant_id: str, lead_id: str | None, recipient: str, sender: str,
-               choice: sms_rules.ProviderChoice, found: dict[str, str]) -> Plan:
-    """An answer to a lead's text, from the number it wrote to, through the provider it came by."""
-    return _plan_of(runtime, tenant_id, lead_id, recipient, sender, choice, found)
 
 
 async def deliver_reply(runtime: Runtime, registry: Registry, plan: Plan, text: str) -> tuple[str, str | None]:

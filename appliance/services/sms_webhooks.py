@@ -300,7 +300,7 @@ def _keep_reply(runtime: Runtime, tx: Session, tenant_id: str, signer: _Signer, 
             updated_at=now))
         tx.messages.count_message(kept.interaction_id, now)
     return Reply(tenant_id=tenant_id, message_id=message_id, orphan=kept.lead_id is None,
-                 plan=sms.reply_plan(runtime, tenant_id, kept.lead_id, kept.phone, kept.number, provider,
+                 plan=sms.plan_of(runtime, tenant_id, kept.lead_id, kept.phone, kept.number, provider,
                                      signer.credentials), text=text)
 
 

@@ -192,9 +192,8 @@ class Messages:
         self._conn.execute("INSERT INTO sms_opt_outs(tenant_id, hash, keyword, since) VALUES (?, ?, ?, ?)"
                            " ON CONFLICT (tenant_id, hash) DO NOTHING", (tenant_id, digest, keyword, now))
 
-    def opt_in(self, tenant_id: str, digest: bytes) -> bool:
+    def opt_in(self, tenant_id: str, digest: bytes) -> None:
         self._conn.execute("DELETE FROM sms_opt_outs WHERE tenant_id = ? AND hash = ?", (tenant_id, digest))
-        return self._conn.changes() > 0
 
     def opted_out_since(self, tenant_id: str, digest: bytes) -> str | None:
         found = self._conn.execute("SELECT since FROM sms_opt_outs WHERE tenant_id = ? AND hash = ?",
