@@ -358,11 +358,13 @@ def test_a_server_sigkilled_under_load_and_started_again_loses_no_acknowledged_l
 
 # ---- one burst, two servers ---------------------------------------------------------------------
 
-def test_one_burst_over_two_servers_keeps_caps_dedupe_limits_and_the_rotation_exact(tmp_path, postgres_url, procs):
+@pytest.mark.parametrize("count", [2, 4])
+def test_one_burst_over_several_servers_keeps_caps_dedupe_limits_and_the_rotation_exact(
+        tmp_path, postgres_url, procs, count):
     """40 submits from one capped source (10 a day), 40 of one person under dedupe, 20 to a
-    campaign delivering 7 a day, 30 to a round robin of three buyers: every burst half to each
-    server at once. Exactly 10 qualified, exactly one original, 7 delivered and 13 queued, 10 per
-    buyer: as one process would have done."""
+    campaign delivering 7 a day, 30 to a round robin of three buyers: every burst spread over
+    the servers at once. Exactly 10 qualified, exactly one original, 7 delivered and 13 queued,
+    10 per buyer: as one process would have done."""
     buyer = Buyer(tmp_path, delay_ms=0)
     procs.append(buyer)
     bundle = {
@@ -377,9 +379,9 @@ def test_one_burst_over_two_servers_keeps_caps_dedupe_limits_and_the_rotation_ex
             campaign("RR1", delivery={"distribution": {
                 "method": "round_robin", "endpoints": [{"deliveryEndpointId": e} for e in ("a", "b", "c")]}}),
         ]}
-    install = Install(tmp_path, postgres_url, bundle, servers=2)
+    install = Install(tmp_path, postgres_url, bundle, servers=count)
     source_key = install.cli.json("key", "create", "--tenant", install.tenant_id, "--source", "web")["key"]
-    servers = [install.start(0), install.start(1)]
+    servers = [install.start(n) for n in range(count)]
     procs.extend(servers)
     same = lead("DUP1")
     bursts = [(source_key, [lead("CAP1") for _ in range(40)]),
@@ -392,7 +394,7 @@ def test_one_burst_over_two_servers_keeps_caps_dedupe_limits_and_the_rotation_ex
         clients = [httpx.AsyncClient(base_url=s.url, timeout=httpx.Timeout(30.0), limits=limits) for s in servers]
         try:
             return await asyncio.wait_for(asyncio.gather(*(asyncio.gather(*(
-                clients[n % 2].post("/api/v1/leads/submit", json=body, headers={"X-API-Key": key})
+                clients[n % count].post("/api/v1/leads/submit", json=body, headers={"X-API-Key": key})
                 for n, body in enumerate(bodies))) for key, bodies in bursts)), timeout=60)
         finally:
             for client in clients:

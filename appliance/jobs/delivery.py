@@ -31,6 +31,7 @@ from appliance.services.delivery import Deliveries, Sending
 from appliance.services.delivery_attempt import Attempt, load_attempts
 from appliance.services.tenant_settings import SettingsCache
 from appliance.jobs.outage import Outage
+from appliance.storage import locks
 from appliance.storage import ClaimLost, Job, Session, StorageUnavailable
 
 log = logging.getLogger("appliance.delivery")
@@ -76,7 +77,8 @@ class DeliveryWorker:
                 if free > 0:
                     now = iso(self.runtime.clock.now())
                     try:
-                        claimed = await store.write(lambda tx: tx.jobs.claim_due(now, free))
+                        # Scoped, naming nothing: claims skip the jobs other processes hold.
+                        claimed = await store.write(lambda tx: tx.jobs.claim_due(now, free), locks=())
                         outage.succeeded()
                     except StorageUnavailable as exc:
                         wait = outage.failed(exc)
@@ -152,8 +154,11 @@ class DeliveryWorker:
         # A database that does not answer now (a full disk, an outage) is waited for, as the
         # loops do: given up, the job stayed `running` until the next start, its lead never
         # recorded delivered though the buyer had it.
+        # Scoped by its lead: what else it decides on (limits, rotation, health, balances) the
+        # store locks as the unit reads it (storage/locks.py).
+        held = [locks.lead(job.tenant_id, job.lead_id)]
         return await Outage(log, f"job {job.job_id} ({job.kind})").retry(
-            lambda: self.runtime.store.write(fenced), None)  # type: ignore[return-value]
+            lambda: self.runtime.store.write(fenced, locks=held), None)  # type: ignore[return-value]
 
     def _load_claimed(self, jobs: list[Job]) -> dict[int, Attempt | None]:
         """The attempts of a whole claim, in one read; when the batch cannot be read, {}: each

@@ -35,6 +35,7 @@ from appliance.services.tenant_settings import TenantSettings
 from appliance.services.lead_events import record_lead_events
 from appliance.services.ledger import earn
 from appliance.services.verification import costly, verify_lead
+from appliance.storage import locks
 from appliance.storage import Principal, PingRecord, Session
 
 log = logging.getLogger("appliance.intake")
@@ -152,7 +153,7 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: Principa
     # Only a resubmission (its lead changed meanwhile) or a ping (taken meanwhile) can be refused
     # in the transaction.
     result = await runtime.store.write(plan.commit if also is None else _and_then(plan.commit, also),
-                                       may_refuse=plan.existing or ping is not None)
+                                       may_refuse=plan.existing or ping is not None, locks=plan.locks())
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)
@@ -186,6 +187,20 @@ class _Plan(msgspec.Struct, kw_only=True):
     suppression_lists: list[str]
     suppression_hashes: list[bytes]
     ping: PingRecord | None = None  # the supplier's ping this lead is posted with
+
+    def locks(self) -> list[str]:
+        """What the commit must be exact about (storage/locks.py): named before it runs, so the
+        store takes them with the transaction's first statement."""
+        tenant_id, lead = self.tenant_id, self.lead
+        held = [locks.cap_counter(tenant_id, check.scope, check.period_start) for check in self.caps]
+        if self.dedupe is not None and self.dedupe_since is not None:
+            held += [locks.dedupe_key(tenant_id, self.intake.campaign_id, field, value)
+                     for field, value in (("email", lead.email), ("phone", lead.phone_e164)) if value]
+        if self.existing:
+            held.append(locks.lead(tenant_id, lead.lead_id))
+        if self.ping is not None:
+            held.append(locks.ping(tenant_id, self.ping.ping_id))
+        return held
 
     def commit(self, tx: Session) -> SubmitResult:
         """Runs on the writer thread inside the group transaction."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -133,16 +133,20 @@ class Store:
         return StorageUnavailable(f"write failed: the disk of {self.sqlite.path} is full ({exc})",
                                   reason="the database's disk is full")
 
-    async def write(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+    async def write(self, unit: Unit[T], *, may_refuse: bool = False, locks: Iterable[str] | None = None) -> T:
         """`unit(tx)` in the next group transaction, on the event loop; returns once committed.
         `may_refuse`: the unit raises for ordinary reasons (not found, a conflict), so it runs
-        under a savepoint of its own and its refusal leaves the rest of the group alone."""
+        under a savepoint of its own and its refusal leaves the rest of the group alone.
+        `locks`: what the unit must be exact about (storage/locks.py), where several processes
+        write (PostgreSQL); a unit that names none is exact against every other. SQLite's one
+        writer makes every unit exact, and it ignores them."""
         try:
             return await self.sqlite.write(self._on_writer(unit), may_refuse=may_refuse)
         except apsw.FullError as exc:
             raise self._full(exc) from None
 
-    async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+    async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False,
+                             locks: Iterable[str] | None = None) -> T:
         """`write` for a long unit (a bulk update, the activity log's batch): it runs on the
         writer thread, so the event loop goes on answering requests meanwhile."""
         try:
@@ -150,7 +154,7 @@ class Store:
         except apsw.FullError as exc:
             raise self._full(exc) from None
 
-    def write_sync(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+    def write_sync(self, unit: Unit[T], *, may_refuse: bool = False, locks: Iterable[str] | None = None) -> T:
         """`write` for threads without an event loop (the CLI, start-up)."""
         try:
             return self.sqlite.write_sync(self._on_writer(unit), may_refuse=may_refuse)

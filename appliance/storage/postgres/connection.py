@@ -11,7 +11,7 @@ statistics)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
@@ -21,6 +21,7 @@ from psycopg.adapt import Loader
 from psycopg.types.string import StrDumper
 
 from appliance.storage.db import StorageUnavailable, UnstorableText
+from appliance.storage.locks import key_of
 
 _TOKEN = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%|\s+INDEXED BY \w+")
 
@@ -125,13 +126,21 @@ class Cursor:
 class PgConnection:
     """One psycopg connection as the repositories use it."""
 
-    __slots__ = ("_changes", "_total", "_tx", "raw")
+    __slots__ = ("_changes", "_total", "_tx", "lock_hook", "raw")
 
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
         self._changes = 0
         self._total = 0
         self._tx: psycopg.Transaction | None = None
+        # Set by the writer (engine.py) while a scoped unit runs; reads and exclusive units lock nothing.
+        self.lock_hook: Callable[[int], None] | None = None
+
+    def lock(self, name: str) -> None:
+        """Hold `name` (storage/locks.py) to the end of this write transaction, before reading
+        what it names to decide a write."""
+        if self.lock_hook is not None:
+            self.lock_hook(key_of(name))
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> Cursor:
         text, order = translate(sql)

@@ -1,42 +1,52 @@
-"""PostgreSQL under the store: a pool of connections for write units, one connection per
-thread for reads, and a listener that hears other processes' admin changes.
+"""PostgreSQL under the store: a writer thread per process that commits write units in groups,
+one connection per thread for reads, and a listener that hears other processes' admin changes.
 
-Write units: each runs in its own transaction on a pooled connection, on a worker thread (the
-event loop never waits for the network), and takes the database's one writer lock (a transaction
-advisory lock) before anything else. That is the SQLite store's model across every process
-sharing the database: units run one after another, and at READ COMMITTED each statement sees
-every unit committed before it, so caps, delivery limits, dedupe and the rotation stay exact.
-SERIALIZABLE without the lock was measured first (bench/HISTORY.md): every submit of a campaign
-updates the same report rollup row and every delivery its endpoint's hour and its limit's counter,
-so most units were aborted and run again, some gave up after 30 runs (a 500, or a delivery sent
-twice), and throughput was half of the lock's. A unit PostgreSQL still aborts (a deadlock) runs
-again (units may run more than once and act only through `tx`: storage/store.py). There is no
-group commit here: each unit commits alone, so a commit's WAL flush is paid per unit.
+Write units queue for this process's writer thread, which runs them in the order they were
+issued, as many as are waiting in one transaction (group commit, as the SQLite store does: one
+WAL flush and one lock hand-over for the whole group), on a pooled connection, so the event loop
+never waits for the network. Exactness across processes comes from advisory locks, each held to
+the end of its transaction:
 
-Units an event loop issues take the writer lock in the order it issued them (IssueOrder), as
-SQLite's writer runs them: the delivery worker reserves delivery-limit slots for the jobs it
-claimed together oldest first, and separate threads would otherwise reach the lock in any order."""
+- A scoped unit names the locks of what it must be exact about (a campaign's or source's cap
+  counter, a dedupe key, a lead, a campaign's delivery state: storage/locks.py) and takes the
+  install-wide writer lock shared, so scoped units of different campaigns and leads commit in
+  parallel across processes. A unit that names no locks takes the writer lock exclusively and
+  runs alone, as every unit once did: the rare ones (configuration, purges) stay exact against
+  everything without each naming what it touches.
+- The first unit of a group waits for its locks; the group holds none yet, so two groups never
+  wait for each other through them. Every later unit only tries its new locks, and when another
+  transaction holds one the group ends before that unit, which leads the next group.
+- At READ COMMITTED each statement sees every transaction committed before it, so a unit that
+  holds its locks reads what the last holder committed: caps, dedupe, delivery limits and the
+  rotation stay exact. Counters every unit adds to (report rollups, endpoint outcomes) are kept
+  per database connection (migration pg03), so no two transactions wait for one row.
+
+SERIALIZABLE without locks was measured first (bench/HISTORY.md): the hot rows aborted most units.
+A group PostgreSQL still aborts (a deadlock through rows no lock covers) runs again whole: units
+may run more than once and act only through `tx` (storage/store.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import contextvars
 import functools
 import logging
 import os
+import queue
 import random
 import socket
 import threading
 import time
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, NoReturn, TypeVar
 
 import psycopg
 from psycopg import IsolationLevel
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from appliance.storage.db import StorageError, StorageUnavailable
+from appliance.storage.db import StorageError, StorageUnavailable, _resolve
 from appliance.storage.postgres.connection import (
     PgConnection,
     configure,
@@ -54,8 +64,15 @@ logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 T = TypeVar("T")
 
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
-_MAX_RUNS = 30  # a unit aborted this many times in a row is reported, not run again
-_WRITER_LOCK = 0x6170706C69616E77  # "appliancw": the transaction advisory lock every write unit takes first
+_MAX_RUNS = 30  # a group aborted this many times in a row is reported, not run again
+# "appliancw": the transaction advisory lock every group takes first, shared by groups of scoped
+# units, exclusive for a unit that declares no locks.
+_WRITER_LOCK = 0x6170706C69616E77
+_MAX_GROUP = 256
+# Under load, wait this long for more units before starting a group: a commit (its WAL flush) costs
+# far more than a unit. Light load (the previous group held fewer than _BUSY_GROUP) starts at once.
+_LINGER_SECONDS = 0.002
+_BUSY_GROUP = 4
 _CHANNEL = "appliance_changes"
 _CONNECT_TIMEOUT = 10
 _POOL_WAIT = 10.0  # seconds a unit waits for a pooled connection while the database answers
@@ -186,42 +203,44 @@ class TimedWorkLeader:
             self._drop()
 
 
-class IssueOrder:
-    """Tickets handed out on the event loop, in the order `write` is called; a unit's thread
-    waits for its ticket's turn before it asks for the writer lock, and its ticket is done once
-    it holds the lock (or ended without it), so the next unit queues at the lock meanwhile. At
-    most two ordered units hold a pooled connection at a time: the one holding the lock and the
-    next, waiting for it. The wait is bounded (a unit stuck on a vanished server must not hold
-    every later one), and none waits while `unordered` (an outage: each unit fails alone)."""
+class _Unit(NamedTuple):
+    fn: Callable[[PgConnection], Any]
+    done: Any  # an asyncio.Future or a concurrent.futures.Future
+    locks: frozenset[int] | None  # None: the unit excludes every other
+    may_refuse: bool
 
-    def __init__(self) -> None:
-        self._turn = threading.Condition()
-        self._issued = 0
-        self._serving = 0  # the lowest ticket not done
-        self._done: set[int] = set()  # tickets done out of turn
-        self._unordered = False
 
-    def ticket(self) -> int:
-        with self._turn:
-            self._issued += 1
-            return self._issued - 1
+class _RunAgain(Exception):
+    """A unit that may not refuse raised: its group runs again with a savepoint per unit."""
 
-    def wait(self, ticket: int, timeout: float) -> None:
-        with self._turn:
-            self._turn.wait_for(lambda: self._serving >= ticket or self._unordered, timeout)
 
-    def done(self, ticket: int) -> None:
-        with self._turn:
-            self._done.add(ticket)
-            while self._serving in self._done:
-                self._done.remove(self._serving)
-                self._serving += 1
-            self._turn.notify_all()
+class _Outage(Exception):
+    """A group met an outage (its units have their answer): the units queued with it fail too."""
 
-    def set_unordered(self, unordered: bool) -> None:
-        with self._turn:
-            self._unordered = unordered
-            self._turn.notify_all()
+    def __init__(self, error: StorageUnavailable) -> None:
+        self.error = error
+        self.ran = 0  # how many of the batch the failed group took
+
+
+class _Busy(BaseException):
+    """A unit met a lock another transaction holds (a BaseException: no unit's own `except
+    Exception` may swallow it)."""
+
+    def __init__(self, position: int, key: int) -> None:
+        self.position = position
+        self.key = key
+
+
+def _try_in_unit(raw: psycopg.Connection, held: set[int], position: int, key: int) -> None:
+    if key in held:
+        return
+    if not raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()[0]:
+        raise _Busy(position, key)
+    held.add(key)
+
+
+_GROUP_FAILURES = (*_RETRYABLE, StorageUnavailable, _Busy)  # what ends a whole group, not one unit
+_STOP = object()
 
 
 class PgDatabase:
@@ -235,8 +254,9 @@ class PgDatabase:
         self.changes: ChangeListener | None = None
         self.leader = TimedWorkLeader(url)
         self.migrated_on_open: list[str] = []  # the migrations `open` applied (init: created or up to date)
-        self._outage = False  # the last unit found the database unreachable (cleared by one that commits)
-        self._order = IssueOrder()
+        self._outage = False  # the last group found the database unreachable (cleared by one that commits)
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -257,6 +277,8 @@ class PgDatabase:
                                     kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name(), **_KEEPALIVES},
                                     open=True, name="appliance")
         self.changes = ChangeListener(self.url)
+        self._writer = threading.Thread(target=self._write_loop, name="appliance-pg-writer", daemon=True)
+        self._writer.start()
         return self
 
     @staticmethod
@@ -266,6 +288,10 @@ class PgDatabase:
         raw.commit()  # the pool hands out idle connections
 
     def close(self) -> None:
+        if self._writer is not None:
+            self._queue.put(_STOP)
+            self._writer.join(timeout=30)
+            self._writer = None
         if self.changes is not None:
             self.changes.close()
             self.changes = None
@@ -291,65 +317,238 @@ class PgDatabase:
 
     # ---- writes -----------------------------------------------------------------------------
 
-    def write_sync(self, unit: Callable[[PgConnection], T], *, writer_lock: bool = True,
-                   wait: bool = True, ticket: int | None = None) -> T | None:
-        """`unit(conn)` in one transaction holding the writer lock, run again when PostgreSQL
-        aborts it (a deadlock). With a `ticket` (IssueOrder), it takes the lock in its turn."""
-        if ticket is not None:
-            self._order.wait(ticket, _POOL_WAIT)
+    async def write(self, unit: Callable[[PgConnection], T], *, locks: Iterable[int] | None = None,
+                    may_refuse: bool = False) -> T:
+        """`unit(conn)` in the next group transaction of this process's writer; returns once it
+        is committed. `locks`: the advisory lock keys of what the unit must be exact about (a
+        scoped unit, run with others); None: the unit excludes every other (run alone)."""
+        future = asyncio.get_running_loop().create_future()
+        self._enqueue(unit, future, locks, may_refuse)
+        return await future
+
+    def write_sync(self, unit: Callable[[PgConnection], T], *, locks: Iterable[int] | None = None,
+                   may_refuse: bool = False, writer_lock: bool = True, wait: bool = True) -> T | None:
+        """`write` for threads without an event loop. `writer_lock=False` (renewing this
+        process's own leases, a NOTIFY) and `wait=False` (an exclusive unit run only if no other
+        unit of any process runs now; else None) run at once on the calling thread."""
+        if not writer_lock or not wait:
+            return self._run_on_caller(unit, writer_lock=writer_lock)
+        future: concurrent.futures.Future = concurrent.futures.Future()
+        self._enqueue(unit, future, locks, may_refuse)
+        return future.result()
+
+    def _enqueue(self, unit: Callable[[PgConnection], T], future, locks: Iterable[int] | None,
+                 may_refuse: bool) -> None:
+        if self._pool is None:
+            raise StorageError("the database is closed")
+        # In its caller's context on the writer thread: the audit log's request id, log lines.
+        run = functools.partial(contextvars.copy_context().run, unit)
+        self._queue.put(_Unit(run, future, None if locks is None else frozenset(locks), may_refuse))
+
+    def _write_loop(self) -> None:
+        busy = False
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            batch = [item]
+            # Under load, a moment's wait for more: one commit for many units (as SQLite's group).
+            deadline = time.monotonic() + _LINGER_SECONDS if busy else 0.0
+            stopping = False
+            while len(batch) < _MAX_GROUP:
+                wait = deadline - time.monotonic()
+                try:
+                    item = self._queue.get(timeout=wait) if wait > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stopping = True
+                    break
+                batch.append(item)
+            busy = len(batch) >= _BUSY_GROUP
+            while batch:
+                try:
+                    batch = self._run_next(batch)
+                except _Outage as outage:
+                    # The units queued with the group that met the outage would meet it too, one
+                    # pool wait each: they fail with it now. The next ones try again.
+                    _resolve([(item.done, None, outage.error) for item in batch[outage.ran:]])
+                    batch = []
+                except BaseException as exc:  # noqa: BLE001 - a bug here fails these units, never the writer thread
+                    log.error("write group failed: %s", type(exc).__name__)
+                    _resolve([(item.done, None, StorageError(f"write failed: {type(exc).__name__}")) for item in batch])
+                    batch = []
+            if stopping:
+                break
+        while True:  # queued after the stop: nothing runs them any more
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                _resolve([(item.done, None, StorageError("the database is closed"))])
+
+    def _run_next(self, batch: list[_Unit]) -> list[_Unit]:
+        """Runs the next group of `batch` (an exclusive unit alone, else the scoped units up to
+        the next exclusive one) and returns the units still to run."""
+        end = 1 if batch[0].locks is None else \
+            next((i for i, item in enumerate(batch) if item.locks is None), len(batch))
         try:
+            return self._run_group(batch[:end], exclusive=batch[0].locks is None) + batch[end:]
+        except _Outage as outage:
+            outage.ran = end
+            raise
+
+    def _run_group(self, group: list[_Unit], *, exclusive: bool) -> list[_Unit]:
+        """One transaction for `group`, committed; returns the units cut off because another
+        process held a lock they need (they start the next group). A unit that raises without
+        `may_refuse` sends the group round again with a savepoint per unit; a deadlock or a
+        serialization failure sends it round again whole."""
+        savepoints = False
+        first_also: set[int] = set()  # locks the first unit met while running: taken up front next run
+        conflicts = 0
+        while True:
             pool = self._pool
             if pool is None:
-                raise StorageError("the database is closed")
-            for run in range(1, _MAX_RUNS + 1):
+                _resolve([(item.done, None, StorageError("the database is closed")) for item in group])
+                return []
+            try:
+                with pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
+                        raw.transaction():
+                    outcomes = self._run_units(raw, group, exclusive=exclusive, savepoints=savepoints,
+                                               first_also=first_also)
+            except _RunAgain:
+                savepoints = True
+                continue
+            except _Busy as busy:
+                # A unit met a lock another transaction holds: the first unit waits for it next
+                # run; a later one, and those after it, go to the next group.
+                if busy.position == 0:
+                    first_also.add(busy.key)
+                    continue
+                left = self._run_group(group[:busy.position], exclusive=exclusive)
+                return left + group[busy.position:]
+            except _RETRYABLE:
+                conflicts += 1
+                if conflicts == _MAX_RUNS:
+                    _resolve([(item.done, None, StorageError(f"write failed: still conflicting after {conflicts} runs"))
+                              for item in group])
+                    return []
+                # Randomized, growing waits: the transactions that collided do not meet again.
+                time.sleep(random.uniform(0, min(0.001 * 2 ** conflicts, 0.05)))
+                continue
+            except StorageUnavailable as exc:
+                self._outage_met(group, exc)
+            except PoolTimeout:
+                self._outage_met(group, StorageUnavailable("write failed: no connection to the database"))
+            except psycopg.OperationalError as exc:
+                if unavailable(exc):  # lost at COMMIT: every unit of the group is answered as not done
+                    self._outage_met(group, lost(exc))
+                _resolve([(item.done, None, StorageError(f"write failed: {reason(exc)}")) for item in group])
+                return []
+            except psycopg.Error as exc:
+                # COMMIT refused the group (a deferred constraint): each unit alone finds whose it was.
+                if len(group) == 1:
+                    _resolve([(group[0].done, None, exc)])
+                    return []
+                left = []
+                for item in group:
+                    left += self._run_group([item], exclusive=exclusive)
+                return left
+            if self._outage:
+                self._end_outage(pool)
+            _resolve(outcomes)
+            return group[len(outcomes):]
+
+    @staticmethod
+    def _run_units(raw: psycopg.Connection, group: list[_Unit], *, exclusive: bool, savepoints: bool,
+                   first_also: set[int]) -> list[tuple[Any, Any, BaseException | None]]:
+        """Each unit of `group` in the open transaction, in order, each after taking its locks:
+        the first unit waits for its locks (the transaction holds none yet, so no two groups can
+        wait for each other), every later one only tries, and the group ends before the first
+        whose locks another transaction holds. A lock a unit takes while it runs (PgConnection.lock)
+        is only tried: when it is taken, _Busy reruns the group (see _run_group)."""
+        conn = PgConnection(raw)
+        held: set[int] = set()
+        outcomes: list[tuple[Any, Any, BaseException | None]] = []
+        for position, item in enumerate(group):
+            needed = sorted((item.locks | first_also if position == 0 else item.locks) - held) if item.locks else []
+            if position == 0:
+                raw.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (_WRITER_LOCK,))
+                if needed:
+                    # In key order: two first units that wait never wait for each other.
+                    raw.execute("SELECT count(pg_advisory_xact_lock(k)) FROM"
+                                " (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS keys", (needed,))
+            elif needed:
+                (taken,) = raw.execute("SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k",
+                                       (needed,)).fetchone()
+                if not taken:
+                    break
+            held.update(needed)
+            # An exclusive unit runs alone: nothing else to lock out.
+            conn.lock_hook = None if exclusive else functools.partial(_try_in_unit, raw, held, position)
+            if not (savepoints or item.may_refuse):
                 try:
-                    with pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
-                            raw.transaction():
-                        if not writer_lock:  # renewing this process's own job leases (leases.py), a NOTIFY
-                            result = unit(PgConnection(raw))
-                        elif wait:
-                            raw.execute("SELECT pg_advisory_xact_lock(%s)", (_WRITER_LOCK,))
-                            if ticket is not None:
-                                self._order.done(ticket)
-                                ticket = None
-                            result = unit(PgConnection(raw))
-                        elif raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (_WRITER_LOCK,)).fetchone()[0]:
-                            result = unit(PgConnection(raw))
-                        else:  # `wait=False`: the lock is taken, the unit is not run (None)
-                            result = None
-                    if self._outage:
-                        self._end_outage(pool)
-                    return result
-                except StorageUnavailable:
-                    self._begin_outage()
+                    outcomes.append((item.done, item.fn(conn), None))
+                except _GROUP_FAILURES:
                     raise
-                except _RETRYABLE:
-                    if run == _MAX_RUNS:
-                        raise StorageError(f"write failed: still conflicting after {run} runs") from None
-                    # Randomized, growing waits: the transactions that collided do not meet again.
-                    time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
-                except PoolTimeout:
+                except Exception:  # noqa: BLE001 - run again with a savepoint per unit, where it fails alone
+                    raise _RunAgain from None
+                continue
+            try:
+                with raw.transaction():
+                    result = item.fn(conn)
+            except _GROUP_FAILURES:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the caller's answer
+                outcomes.append((item.done, None, exc))
+            else:
+                outcomes.append((item.done, result, None))
+        return outcomes
+
+    def _run_on_caller(self, unit: Callable[[PgConnection], T], *, writer_lock: bool) -> T | None:
+        """A unit run on the calling thread in a transaction of its own: without the writer lock
+        (`writer_lock=False`), or holding it exclusively only if it is free now (else None)."""
+        pool = self._pool
+        if pool is None:
+            raise StorageError("the database is closed")
+        for run in range(1, _MAX_RUNS + 1):
+            try:
+                with pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
+                        raw.transaction():
+                    if writer_lock and not raw.execute("SELECT pg_try_advisory_xact_lock(%s)",
+                                                       (_WRITER_LOCK,)).fetchone()[0]:
+                        return None
+                    return unit(PgConnection(raw))
+            except StorageUnavailable:
+                self._begin_outage()
+                raise
+            except _RETRYABLE:
+                if run == _MAX_RUNS:
+                    raise StorageError(f"write failed: still conflicting after {run} runs") from None
+                time.sleep(random.uniform(0, min(0.001 * 2 ** run, 0.05)))
+            except PoolTimeout:
+                self._begin_outage()
+                raise StorageUnavailable("write failed: no connection to the database") from None
+            except psycopg.OperationalError as exc:
+                if unavailable(exc):
                     self._begin_outage()
-                    raise StorageUnavailable("write failed: no connection to the database") from None
-                except psycopg.OperationalError as exc:
-                    if unavailable(exc):  # the connection was lost at COMMIT: the unit is answered as not done
-                        self._begin_outage()
-                        raise lost(exc) from None
-                    raise StorageError(f"write failed: {reason(exc)}") from None
-            raise AssertionError("unreachable")
-        finally:
-            if ticket is not None:  # it ended before it held the lock: the next unit's turn
-                self._order.done(ticket)
+                    raise lost(exc) from None
+                raise StorageError(f"write failed: {reason(exc)}") from None
+        raise AssertionError("unreachable")
+
+    def _outage_met(self, group: list[_Unit], error: StorageUnavailable) -> NoReturn:
+        self._begin_outage()
+        _resolve([(item.done, None, error) for item in group])
+        raise _Outage(error)
 
     def _begin_outage(self) -> None:
         self._outage = True
-        self._order.set_unordered(True)  # queued units fail each on its own, not one after another
 
     def _end_outage(self, pool: ConnectionPool) -> None:
         self._outage = False
-        self._order.set_unordered(False)
-        # Connections pooled before the outage are dead, each would fail one unit: replaced off
-        # this caller's thread (checking them is a round trip each).
+        # Connections pooled before the outage are dead, each would fail one group: replaced off
+        # the writer thread (checking them is a round trip each).
         threading.Thread(target=self._replace_dead_connections, args=(pool,), daemon=True,
                          name="appliance-pool-check").start()
 
@@ -357,18 +556,6 @@ class PgDatabase:
     def _replace_dead_connections(pool: ConnectionPool) -> None:
         with contextlib.suppress(Exception):  # a pool closing meanwhile, the database gone again
             pool.check()
-
-    async def write(self, unit: Callable[[PgConnection], T]) -> T:
-        ticket = self._order.ticket()
-        run = functools.partial(contextvars.copy_context().run, self.write_sync, unit, ticket=ticket)
-        try:
-            running = asyncio.get_running_loop().run_in_executor(None, run)
-        except BaseException:  # never to run (the executor shut down): the next unit's turn
-            self._order.done(ticket)
-            raise
-        # Shielded: a unit whose ticket was handed out runs (as one already on its thread does
-        # when its caller is cancelled), or every unit after it would wait for its turn.
-        return await asyncio.shield(running)
 
     # ---- reads ------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ at once, so they are applied under an advisory lock. Differences from the SQLite
   no PostgreSQL install predates m007, so there is nothing to copy.
 - The report rollups' money trigger is a PL/pgSQL function; `appliance_bucket` stands in for
   SQLite's `coalesce(unixepoch(t), 0) / seconds`.
-- Migrations named pgNN exist only here: job leases (pg01) and the process running an import
-  (pg02), which only a database several processes share needs (leases.py, PgImports).
+- Migrations named pgNN exist only here: job leases (pg01), the process running an import (pg02)
+  and counters kept per connection (pg03), which only a database several processes share needs
+  (leases.py, PgImports, engine.py).
 - Text is compared byte by byte (ids sort as in SQLite) because the database's collation is C:
   `apply` refuses a database created with another (see docs/postgresql.md)."""
 
@@ -295,6 +296,42 @@ CREATE INDEX ledger_entries_by_lead ON ledger_entries(tenant_id, lead_id, entry_
 """)
 
 
+def _money_rollup(*, sharded: bool) -> str:
+    """The trigger function adding each ledger entry to the money rollups; `sharded`: into its
+    connection's own row (pg03)."""
+    shard, key = (", pg_backend_pid()", ", shard") if sharded else ("", "")
+    inserts = "".join(f"""
+    INSERT INTO report_money{table} VALUES (new.tenant_id, appliance_bucket(new.created_at, {seconds}),
+        coalesce(new.campaign_id, ''), coalesce(new.client_id, ''), coalesce(new.source_id, ''),
+        coalesce(new.delivery_endpoint_id, ''), new.currency,
+        CASE WHEN new.kind = 'cost' THEN new.amount ELSE 0 END,
+        CASE WHEN new.kind = 'revenue' THEN new.amount ELSE 0 END,
+        CASE WHEN new.kind = 'return' THEN new.amount ELSE 0 END{shard})
+    ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency{key}) DO UPDATE
+    SET cost = report_money{table}.cost + excluded.cost, revenue = report_money{table}.revenue + excluded.revenue,
+        returns = report_money{table}.returns + excluded.returns;""" for table, seconds in (("", 900), ("_daily", 86400)))
+    return f"""
+CREATE OR REPLACE FUNCTION report_entry_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN{inserts}
+    RETURN NULL;
+END $$;"""
+
+
+def _sharded_counters() -> str:
+    """Counters every submit or delivery adds to, one row per database connection (its backend
+    pid) instead of one per key: two transactions adding to the same report bucket or endpoint
+    hour no longer wait for each other's commit. Reads sum the rows, as they summed buckets."""
+    keys = {"report_leads": "tenant_id, bucket, campaign_id, client_id, source_id, status",
+            "report_leads_daily": "tenant_id, bucket, campaign_id, client_id, source_id, status",
+            "report_money": "tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency",
+            "report_money_daily": "tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency",
+            "endpoint_outcomes": "tenant_id, endpoint_id, hour"}
+    return "".join(f"""
+ALTER TABLE {table} ADD COLUMN shard integer NOT NULL DEFAULT 0;
+ALTER TABLE {table} DROP CONSTRAINT {table}_pkey;
+ALTER TABLE {table} ADD PRIMARY KEY ({key}, shard);""" for table, key in keys.items()) + _money_rollup(sharded=True)
+
+
 def _rollups() -> str:
     tables = []
     for table in ("", "_daily"):
@@ -322,25 +359,13 @@ CREATE TABLE report_money{table} (
     returns double precision NOT NULL,
     PRIMARY KEY (tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency)
 );""")
-    money = "".join(f"""
-    INSERT INTO report_money{table} VALUES (new.tenant_id, appliance_bucket(new.created_at, {seconds}),
-        coalesce(new.campaign_id, ''), coalesce(new.client_id, ''), coalesce(new.source_id, ''),
-        coalesce(new.delivery_endpoint_id, ''), new.currency,
-        CASE WHEN new.kind = 'cost' THEN new.amount ELSE 0 END,
-        CASE WHEN new.kind = 'revenue' THEN new.amount ELSE 0 END,
-        CASE WHEN new.kind = 'return' THEN new.amount ELSE 0 END)
-    ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency) DO UPDATE
-    SET cost = report_money{table}.cost + excluded.cost, revenue = report_money{table}.revenue + excluded.revenue,
-        returns = report_money{table}.returns + excluded.returns;""" for table, seconds in (("", 900), ("_daily", 86400)))
+    money = _money_rollup(sharded=False)
     # No lead or entry exists yet when this runs on PostgreSQL: no backfill as on SQLite.
     return "".join(tables) + f"""
 -- SQLite's coalesce(unixepoch(t), 0) / seconds for the ISO 8601 times the appliance writes.
 CREATE FUNCTION appliance_bucket(t text, seconds bigint) RETURNS bigint LANGUAGE sql STABLE STRICT AS
     $$ SELECT floor(extract(epoch FROM t::timestamptz))::bigint / seconds $$;
-CREATE FUNCTION report_entry_added() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN{money}
-    RETURN NULL;
-END $$;
+{money}
 CREATE TRIGGER report_entry_added AFTER INSERT ON ledger_entries FOR EACH ROW EXECUTE FUNCTION report_entry_added();
 """
 
@@ -692,3 +717,5 @@ CREATE INDEX jobs_running_leases ON jobs(lease_until) WHERE state = 'running';
 _migration("pg02_import_runners", """
 ALTER TABLE lead_imports ADD COLUMN runner text;
 """)
+
+_migration("pg03_sharded_counters", _sharded_counters())

@@ -16,12 +16,15 @@ import msgspec
 
 from appliance.domain.contact_hash import hash64
 from appliance.domain.lead import LeadRecord
+from appliance.storage import locks
+from appliance.storage.balances import Balances
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
-from appliance.storage.endpoints import _HEALTH, Endpoints
+from appliance.storage.endpoints import _COUNTED, _HEALTH, Endpoints
 from appliance.storage.imports import Imports
 from appliance.storage.jobs import Job, Jobs
 from appliance.storage.leads import (
+    _DIGESTS,
     _INSERT_LEAD,
     _LEAD_ROW,
     _LEADS,
@@ -54,19 +57,27 @@ def _epoch(created_at: str) -> int:
 
 def count_leads(conn: PgConnection, tenant_id: str,
                 counts: Mapping[tuple[str, str | None, str | None, str | None, str], int]) -> None:
-    """reports.count_leads: the bucket computed here rather than by unixepoch()."""
+    """reports.count_leads: the bucket computed here rather than by unixepoch(), the row this
+    connection's own (pg03)."""
     for table, seconds in _BUCKETS:
         conn.executemany(
-            f"INSERT INTO report_leads{table} VALUES (?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, ?)"
-            " ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status)"
+            f"INSERT INTO report_leads{table} VALUES (?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, ?,"
+            " pg_backend_pid()) ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)"
             f" DO UPDATE SET leads = report_leads{table}.leads + excluded.leads",
             [(tenant_id, _epoch(created_at) // seconds, campaign, client, source, status, step)
              for (created_at, campaign, client, source, status), step in counts.items()])
 
 
-def _count_lead(conn: PgConnection, tenant_id: str, created_at: str, campaign_id: str | None,
-                client_id: str | None, source_id: str | None, status: str, step: int) -> None:
-    count_leads(conn, tenant_id, {(created_at, campaign_id, client_id, source_id, status): step})
+# A new lead in one statement (one round trip): its row, its name row, and its count in both rollups.
+_ROLLUP_ROW = ("(?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, 1, pg_backend_pid())"
+               " ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)")
+_NEW_LEAD = ("WITH new_lead AS (" + _INSERT_LEAD + " RETURNING seq){names},"
+             " counted AS (INSERT INTO report_leads VALUES " + _ROLLUP_ROW +
+             " DO UPDATE SET leads = report_leads.leads + 1)"
+             " INSERT INTO report_leads_daily VALUES " + _ROLLUP_ROW +
+             " DO UPDATE SET leads = report_leads_daily.leads + 1")
+_NEW_LEAD_NAMED = _NEW_LEAD.format(names=", named AS (INSERT INTO leads_names(seq, name) SELECT seq, ? FROM new_lead)")
+_NEW_LEAD = _NEW_LEAD.format(names="")
 
 
 _FTS5_TERM = re.compile(r'"((?:[^"]|"")*)"\*')
@@ -87,13 +98,30 @@ def _tsquery(fts5: str) -> str:
 class PgLeads(Leads):
     __slots__ = ()
 
+    def earlier_leads(self, tenant_id: str, intake_campaign_id: str, email: str | None,
+                      phone_e164: str | None, since: str) -> list[tuple[str, str | None, str | None, str]]:
+        """Leads.earlier_leads in one statement (one round trip), holding the dedupe keys it
+        reads: the lead written next is a duplicate or not as of the last holder's commit."""
+        parts, params = [], []
+        for field, column, value in (("email", "email", email), ("phone", "phone_e164", phone_e164)):
+            if value:
+                self._conn.lock(locks.dedupe_key(tenant_id, intake_campaign_id, field, value))
+                parts.append(
+                    f"SELECT lead_id, email, phone_e164, created_at FROM leads WHERE tenant_id = ? AND {_DIGESTS[column]} = ?"
+                    f" AND {column} = ? AND created_at >= ? AND intake_campaign_id = ? AND status != 'duplicate'"
+                    " AND is_test = 0")
+                params += (tenant_id, hash64(value), value, since, intake_campaign_id)
+        if not parts:
+            return []
+        return sorted(self._conn.execute(" UNION ".join(parts), params).fetchall())
+
     def insert_lead(self, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
-        (seq,) = self._conn.execute(_INSERT_LEAD + " RETURNING seq",
-                                    _lead_row(tenant_id, lead, intake_campaign_id)).fetchone()
-        if names := _names(lead):
-            self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (seq, _fold(names)))
-        _count_lead(self._conn, tenant_id, lead.created_at, lead.campaign_id, lead.client_id, lead.source_id,
-                    lead.status, 1)
+        names = _names(lead)
+        epoch = _epoch(lead.created_at)
+        counted = (lead.campaign_id, lead.client_id, lead.source_id, lead.status)
+        self._conn.execute(_NEW_LEAD_NAMED if names else _NEW_LEAD, (
+            *_lead_row(tenant_id, lead, intake_campaign_id), *((_fold(names),) if names else ()),
+            tenant_id, epoch // 900, *counted, tenant_id, epoch // 86400, *counted))
 
     def insert_leads(self, tenant_id: str, leads: Sequence[LeadRecord], intake_campaign_id: str) -> None:
         self._conn.executemany(_INSERT_LEAD, [_lead_row(tenant_id, lead, intake_campaign_id) for lead in leads])
@@ -280,6 +308,11 @@ class PgJobs(Jobs):
 class PgCaps(Caps):
     __slots__ = ()
 
+    def counter_value(self, tenant_id: str, scope: str, period_start: str) -> int:
+        # Read to decide whether one more fits: held until the commit that adds it.
+        self._conn.lock(locks.cap_counter(tenant_id, scope, period_start))
+        return super().counter_value(tenant_id, scope, period_start)
+
     def add_to_counter(self, tenant_id: str, scope: str, period_start: str) -> None:
         self._conn.execute(
             "INSERT INTO cap_counters(tenant_id, scope, period_start, count) VALUES (?, ?, ?, 1)"
@@ -290,6 +323,15 @@ class PgCaps(Caps):
         self._conn.execute(
             "UPDATE cap_counters SET count = greatest(count - 1, 0)"
             " WHERE tenant_id = ? AND scope = ? AND period_start = ?", (tenant_id, scope, period_start))
+
+
+class PgBalances(Balances):
+    __slots__ = ()
+
+    def last(self, tenant_id: str, client_id: str) -> tuple[int, float]:
+        # Read to number the next entry, or to decide whether the client can pay for a sale.
+        self._conn.lock(locks.balance(tenant_id, client_id))
+        return super().last(tenant_id, client_id)
 
 
 class PgLedger(Ledger):
@@ -351,6 +393,31 @@ class PgCatalog(Catalog):
 
 class PgEndpoints(Endpoints):
     __slots__ = ()
+
+    def health(self, tenant_id: str, endpoint_id: str):
+        # Read to count one more answer into it (a run of errors pauses the endpoint).
+        self._conn.lock(locks.endpoint(tenant_id, endpoint_id))
+        return super().health(tenant_id, endpoint_id)
+
+    def healthy_answer(self, tenant_id: str, endpoint_id: str, success_at: str | None) -> None:
+        # Ends the run of errors another unit may be counting.
+        self._conn.lock(locks.endpoint(tenant_id, endpoint_id))
+        super().healthy_answer(tenant_id, endpoint_id, success_at)
+
+    def rotation(self, tenant_id: str, campaign_id: str) -> dict[str, float]:
+        # Read to choose the next buyer and save the rotation moved on.
+        self._conn.lock(locks.delivery_state(tenant_id, campaign_id))
+        return super().rotation(tenant_id, campaign_id)
+
+    def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
+        """Endpoints.count_answer into this connection's own row (pg03)."""
+        column = _COUNTED.get(outcome)
+        if column is None:
+            return
+        self._conn.execute(
+            f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}, shard) VALUES (?, ?, ?, 1, pg_backend_pid())"
+            f" ON CONFLICT (tenant_id, endpoint_id, hour, shard) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
+            (tenant_id, endpoint_id, hour))
 
     def save_health(self, tenant_id: str, endpoint_id: str, health) -> None:
         updates = ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _HEALTH.split(","))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TypeVar
 
@@ -16,9 +16,9 @@ from appliance.storage.return_requests import ReturnRequests
 from appliance.storage.users import Users
 from appliance.storage.console_sessions import ConsoleSessions
 from appliance.storage.db import StorageError, StorageUnavailable
+from appliance.storage.locks import key_of
 from appliance.storage.files import Files
 from appliance.storage.auctions import Auctions
-from appliance.storage.balances import Balances
 from appliance.storage.messages import Messages
 from appliance.storage.pings import Pings
 from appliance.storage.postgres.connection import PgConnection
@@ -27,6 +27,7 @@ from appliance.storage.postgres.engine import ChangeListener, PgDatabase
 from appliance.storage.postgres.leases import LEASE_SECONDS, JobLeases
 from appliance.storage.postgres.migrations import MIGRATIONS as PG_MIGRATIONS
 from appliance.storage.postgres.repositories import (
+    PgBalances,
     PgCaps,
     PgCatalog,
     PgEndpoints,
@@ -76,14 +77,17 @@ class PgSession(Session):
         self.imports = PgImports(conn)
         self.console_sessions = ConsoleSessions(conn)
         self.auctions = Auctions(conn)
-        self.balances = Balances(conn)
+        self.balances = PgBalances(conn)
         self.pings = Pings(conn)
 
 
+def _keys(locks: Iterable[str] | None) -> list[int] | None:
+    return None if locks is None else [key_of(name) for name in locks]
+
+
 class PgStore(Store):
-    """The store on a PostgreSQL database (`[storage] backend = "postgresql"`). Units run each in
-    its own transaction under the database's writer lock (engine.py); `may_refuse` needs nothing
-    more here, since no unit shares its transaction with another."""
+    """The store on a PostgreSQL database (`[storage] backend = "postgresql"`): units run in
+    groups on this process's writer thread, scoped by the locks they name (engine.py)."""
 
     def __init__(self, database: PgDatabase, *, lease_seconds: float = LEASE_SECONDS) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
@@ -170,17 +174,17 @@ class PgStore(Store):
     def _with_session(self, unit: Unit[T]) -> Callable[[PgConnection], T]:
         return lambda conn: unit(PgSession(conn, self.leases))
 
-    async def write(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+    async def write(self, unit: Unit[T], *, may_refuse: bool = False, locks: Iterable[str] | None = None) -> T:
         self._usable()
-        return await self.postgres.write(self._with_session(unit))
+        return await self.postgres.write(self._with_session(unit), locks=_keys(locks), may_refuse=may_refuse)
 
-    async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
-        self._usable()
-        return await self.postgres.write(self._with_session(unit))
+    async def write_off_loop(self, unit: Unit[T], *, may_refuse: bool = False,
+                             locks: Iterable[str] | None = None) -> T:
+        return await self.write(unit, may_refuse=may_refuse, locks=locks)
 
-    def write_sync(self, unit: Unit[T], *, may_refuse: bool = False) -> T:
+    def write_sync(self, unit: Unit[T], *, may_refuse: bool = False, locks: Iterable[str] | None = None) -> T:
         self._usable()
-        return self.postgres.write_sync(self._with_session(unit))
+        return self.postgres.write_sync(self._with_session(unit), locks=_keys(locks), may_refuse=may_refuse)
 
     def reader(self) -> Session:
         self._usable()
