@@ -49,9 +49,10 @@ async def decide(runtime: Runtime, settings: TenantSettings, tenant_id: str, dec
         if lead.approval is None:
             raise InvalidState(["approval: this lead has no approval on record"])
         submission = tx.leads.latest_submission(tenant_id, lead_id)
-        # Checked in this write unit: the worker claims a delivery in a write unit too, and units
-        # run one at a time (SQLite's writer, PostgreSQL's writer lock), so a claim committed
-        # before this read refuses the decision, and one after it finds the lead as decided.
+        # Checked in this write unit: the worker claims a delivery in a write unit too, and this
+        # unit runs alone (SQLite's one writer; on PostgreSQL it names no locks, so it excludes
+        # every other unit), so a claim committed before this read refuses the decision, and
+        # one after it finds the lead as decided.
         # Any submission's: a resubmission does not stop an older one's attempt from posting.
         running = tx.jobs.lead_has_running_job(tenant_id, lead_id, "deliver")
         if (refusal := too_late(body.status, lead.status, delivery_running=running)) is not None:

@@ -37,14 +37,13 @@ class Jobs:
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
                    due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = (),
-                   endpoint_id: str | None = None) -> int:
+                   endpoint_id: str | None = None) -> None:
         self._conn.execute(
             "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried,"
             " endpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
              msgspec.json.encode(tried) if tried else None, endpoint_id),
         )
-        return self._conn.last_insert_rowid()
 
     def cancel_open_jobs(self, submission_id: str, now: str) -> int:
         """Cancel the submission's waiting and running jobs. A running attempt finishes its call, but

@@ -105,18 +105,31 @@ def configure(raw: psycopg.Connection) -> None:
     raw.adapters.register_loader("numeric", _IntegralNumeric)
 
 
+class LockBusy(BaseException):
+    """A lock the unit at `position` of the writer's group tried is held by another transaction
+    (a BaseException: no unit's own `except Exception` may swallow it; engine.py handles it)."""
+
+    def __init__(self, position: int, key: int) -> None:
+        self.position = position
+        self.key = key
+
+
 class Cursor:
-    """What `execute` returns: rows by iteration, `fetchone` and `fetchall`."""
+    """What `execute` returns: rows by iteration, `fetchone` and `fetchall`. In a pipeline, a
+    fetch first waits for the results of everything sent (one round trip)."""
 
-    __slots__ = ("_cur",)
+    __slots__ = ("_conn", "_cur")
 
-    def __init__(self, cur: psycopg.Cursor) -> None:
+    def __init__(self, cur: psycopg.Cursor, conn: PgConnection) -> None:
         self._cur = cur
+        self._conn = conn
 
     def fetchone(self) -> tuple | None:
+        self._conn.sync()
         return self._cur.fetchone() if self._cur.description is not None else None
 
     def fetchall(self) -> list[tuple]:
+        self._conn.sync()
         return self._cur.fetchall() if self._cur.description is not None else []
 
     def __iter__(self):
@@ -124,9 +137,11 @@ class Cursor:
 
 
 class PgConnection:
-    """One psycopg connection as the repositories use it."""
+    """One psycopg connection as the repositories use it. The writer runs a group's units in
+    psycopg's pipeline mode (`pipeline`): a statement is sent without waiting for its answer,
+    so only a read waits for the database, once for everything sent before it."""
 
-    __slots__ = ("_changes", "_total", "_tx", "lock_hook", "raw")
+    __slots__ = ("_changes", "_deferred", "_total", "_tx", "_unanswered", "lock_hook", "pipeline", "raw")
 
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
@@ -135,6 +150,9 @@ class PgConnection:
         self._tx: psycopg.Transaction | None = None
         # Set by the writer (engine.py) while a scoped unit runs; reads and exclusive units lock nothing.
         self.lock_hook: Callable[[int], None] | None = None
+        self.pipeline: psycopg.Pipeline | None = None  # set by the writer around a group's units
+        self._unanswered: list[psycopg.Cursor] = []  # sent in the pipeline, not yet counted
+        self._deferred: list[tuple[psycopg.Cursor, int, int]] = []  # lock tries not yet answered
 
     def lock(self, name: str) -> None:
         """Hold `name` (storage/locks.py) to the end of this write transaction, before reading
@@ -147,8 +165,11 @@ class PgConnection:
         cur = self.raw.cursor()
         with _mapped_errors():
             cur.execute(text, _values(params, order) if params else None)
-        self._count(cur.rowcount)
-        return Cursor(cur)
+        if self.pipeline is None:
+            self._count(cur.rowcount)
+        else:
+            self._unanswered.append(cur)
+        return Cursor(cur, self)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         text, order = translate(sql)
@@ -156,8 +177,36 @@ class PgConnection:
         if not rows:
             self._changes = 0
             return
-        with self.raw.cursor() as cur, _mapped_errors():
+        cur = self.raw.cursor()
+        with _mapped_errors():
             cur.executemany(text, rows)
+        if self.pipeline is None:
+            self._count(cur.rowcount)
+            cur.close()
+        else:
+            self._unanswered.append(cur)
+
+    def try_locks(self, keys: list[int], position: int) -> None:
+        """Try advisory locks for the unit at `position` of the writer's group without waiting for
+        the answer: the statements sent after it run after it, and the next wait for an answer
+        (a read) raises LockBusy first when another transaction holds one of them."""
+        cur = self.raw.cursor()
+        cur.execute("SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", (keys,))
+        self._deferred.append((cur, position, keys[0]))
+
+    def sync(self) -> None:
+        """In a pipeline: wait for the answers to everything sent (raising the first error among
+        them, then LockBusy for a lock not taken), and count the rows they changed."""
+        if self.pipeline is None or not (self._unanswered or self._deferred):
+            return
+        tried, self._deferred = self._deferred, []
+        answered, self._unanswered = self._unanswered, []
+        with _mapped_errors():
+            self.pipeline.sync()
+        for cur, position, key in tried:
+            if not cur.fetchone()[0]:
+                raise LockBusy(position, key)
+        for cur in answered:
             self._count(cur.rowcount)
 
     def _count(self, rowcount: int) -> None:
@@ -166,10 +215,12 @@ class PgConnection:
 
     def changes(self) -> int:
         """Rows the last statement changed."""
+        self.sync()
         return self._changes
 
     def total_changes(self) -> int:
         """Rows changed on this connection so far (differences of two readings are what counts)."""
+        self.sync()
         return self._total
 
     def __enter__(self) -> PgConnection:

@@ -48,6 +48,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from appliance.storage.db import StorageError, StorageUnavailable, _resolve
 from appliance.storage.postgres.connection import (
+    LockBusy,
     PgConnection,
     configure,
     lost,
@@ -222,24 +223,29 @@ class _Outage(Exception):
         self.ran = 0  # how many of the batch the failed group took
 
 
-class _Busy(BaseException):
-    """A unit met a lock another transaction holds (a BaseException: no unit's own `except
-    Exception` may swallow it)."""
+def _take_locks(raw: psycopg.Connection, conn: PgConnection, item: _Unit, position: int, held: set[int],
+                first_also: set[int], *, exclusive: bool) -> None:
+    """The locks `item` names, before it runs: waited for by the group's first unit (in key
+    order: two first units that wait never wait for each other), only tried by a later one
+    (answered at the unit's first read, or LockBusy)."""
+    needed = sorted((item.locks | first_also if position == 0 else item.locks) - held) if item.locks else []
+    if position == 0:
+        raw.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (_WRITER_LOCK,))
+        if needed:
+            raw.execute("SELECT count(pg_advisory_xact_lock(k)) FROM"
+                        " (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS keys", (needed,))
+    elif needed:
+        conn.try_locks(needed, position)
+    held.update(needed)
 
-    def __init__(self, position: int, key: int) -> None:
-        self.position = position
-        self.key = key
+
+def _try_in_unit(conn: PgConnection, held: set[int], position: int, key: int) -> None:
+    if key not in held:
+        conn.try_locks([key], position)
+        held.add(key)
 
 
-def _try_in_unit(raw: psycopg.Connection, held: set[int], position: int, key: int) -> None:
-    if key in held:
-        return
-    if not raw.execute("SELECT pg_try_advisory_xact_lock(%s)", (key,)).fetchone()[0]:
-        raise _Busy(position, key)
-    held.add(key)
-
-
-_GROUP_FAILURES = (*_RETRYABLE, StorageUnavailable, _Busy)  # what ends a whole group, not one unit
+_GROUP_FAILURES = (*_RETRYABLE, StorageUnavailable, LockBusy)  # what ends a whole group, not one unit
 _STOP = object()
 
 
@@ -420,7 +426,7 @@ class PgDatabase:
             except _RunAgain:
                 savepoints = True
                 continue
-            except _Busy as busy:
+            except LockBusy as busy:
                 # A unit met a lock another transaction holds: the first unit waits for it next
                 # run; a later one, and those after it, go to the next group.
                 if busy.position == 0:
@@ -466,44 +472,48 @@ class PgDatabase:
         """Each unit of `group` in the open transaction, in order, each after taking its locks:
         the first unit waits for its locks (the transaction holds none yet, so no two groups can
         wait for each other), every later one only tries, and the group ends before the first
-        whose locks another transaction holds. A lock a unit takes while it runs (PgConnection.lock)
-        is only tried: when it is taken, _Busy reruns the group (see _run_group)."""
+        whose locks another transaction holds (LockBusy, see _run_group), as is a lock a unit
+        takes while it runs (PgConnection.lock)."""
         conn = PgConnection(raw)
         held: set[int] = set()
         outcomes: list[tuple[Any, Any, BaseException | None]] = []
-        for position, item in enumerate(group):
-            needed = sorted((item.locks | first_also if position == 0 else item.locks) - held) if item.locks else []
-            if position == 0:
-                raw.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (_WRITER_LOCK,))
-                if needed:
-                    # In key order: two first units that wait never wait for each other.
-                    raw.execute("SELECT count(pg_advisory_xact_lock(k)) FROM"
-                                " (SELECT k FROM unnest(%s::bigint[]) AS k ORDER BY k) AS keys", (needed,))
-            elif needed:
-                (taken,) = raw.execute("SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k",
-                                       (needed,)).fetchone()
-                if not taken:
-                    break
-            held.update(needed)
-            # An exclusive unit runs alone: nothing else to lock out.
-            conn.lock_hook = None if exclusive else functools.partial(_try_in_unit, raw, held, position)
-            if not (savepoints or item.may_refuse):
+        # Scoped units in pipeline mode: a statement waits for no answer until a read needs one.
+        # An exclusive unit (a CLI command, a bulk change, COPY) runs as plain statements.
+        with contextlib.nullcontext() if exclusive else raw.pipeline() as pipeline:
+            conn.pipeline = pipeline
+            try:
+                for position, item in enumerate(group):
+                    _take_locks(raw, conn, item, position, held, first_also, exclusive=exclusive)
+                    # An exclusive unit runs alone: nothing else to lock out.
+                    conn.lock_hook = None if exclusive else functools.partial(_try_in_unit, conn, held, position)
+                    if not (savepoints or item.may_refuse):
+                        try:
+                            outcomes.append((item.done, item.fn(conn), None))
+                        except _GROUP_FAILURES:
+                            raise
+                        except Exception:  # noqa: BLE001 - run again with a savepoint per unit, where it fails alone
+                            raise _RunAgain from None
+                        continue
+                    holding = set(held)
+                    try:
+                        with raw.transaction():
+                            result = item.fn(conn)
+                            conn.sync()  # its statements' errors are its own
+                    except _GROUP_FAILURES:
+                        raise
+                    except Exception as exc:  # noqa: BLE001 - the caller's answer
+                        held.intersection_update(holding)  # its savepoint's rollback let its locks go
+                        outcomes.append((item.done, None, exc))
+                    else:
+                        outcomes.append((item.done, result, None))
                 try:
-                    outcomes.append((item.done, item.fn(conn), None))
+                    conn.sync()  # the answers to the last units' statements
                 except _GROUP_FAILURES:
                     raise
-                except Exception:  # noqa: BLE001 - run again with a savepoint per unit, where it fails alone
+                except Exception:  # noqa: BLE001 - whose it was, a run with a savepoint per unit tells
                     raise _RunAgain from None
-                continue
-            try:
-                with raw.transaction():
-                    result = item.fn(conn)
-            except _GROUP_FAILURES:
-                raise
-            except Exception as exc:  # noqa: BLE001 - the caller's answer
-                outcomes.append((item.done, None, exc))
-            else:
-                outcomes.append((item.done, result, None))
+            finally:
+                conn.pipeline = None
         return outcomes
 
     def _run_on_caller(self, unit: Callable[[PgConnection], T], *, writer_lock: bool) -> T | None:

@@ -199,21 +199,20 @@ class PgJobs(Jobs):
 
     def insert_job(self, *, tenant_id: str, kind: str, lead_id: str, submission_id: str,
                    due_at: str, now: str, state: str = "ready", tried: tuple[str, ...] = (),
-                   endpoint_id: str | None = None) -> int:
-        (job_id,) = self._conn.execute(
+                   endpoint_id: str | None = None) -> None:
+        # Nothing fetched: in the writer's pipeline, the insert waits for no answer.
+        self._conn.execute(
             "INSERT INTO jobs(tenant_id, kind, lead_id, submission_id, state, due_at, created_at, updated_at, tried,"
-            " endpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING job_id",
+            " endpoint_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (tenant_id, kind, lead_id, submission_id, state, due_at, now, now,
-             msgspec.json.encode(tried).decode() if tried else None, endpoint_id),
-        ).fetchone()
-        return job_id
+             msgspec.json.encode(tried).decode() if tried else None, endpoint_id))
 
     def claim_due(self, now: str, limit: int) -> list[Job]:
         # A process that claims runs the lease thread from its first try, claimed or not: it is
         # also what takes over the jobs of a process that died.
         self._leases.keep()
-        # SKIP LOCKED: units already run one at a time under the writer lock, but a row locked by
-        # anything else (an operator's own transaction) is passed over rather than waited for.
+        # SKIP LOCKED: a job another process's claim (or an operator's own transaction) holds is
+        # passed over rather than waited for.
         return [Job(*row[:7], tuple(msgspec.json.decode(row[7])) if row[7] else ()) for row in self._conn.execute(
             "UPDATE jobs SET state = 'running', attempts = attempts + 1, updated_at = ?1, hold_client = NULL,"
             " claimed_by = ?3, lease_until = clock_timestamp() + make_interval(secs => ?4)"
