@@ -59,14 +59,14 @@ class Endpoints:
             " last_success_at = coalesce(excluded.last_success_at, endpoint_health.last_success_at)",
             (tenant_id, endpoint_id, success_at))
 
+    _COUNT_ANSWER = ("INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}) VALUES (?, ?, ?, 1)"
+                     " ON CONFLICT (tenant_id, endpoint_id, hour) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1")
+
     def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
         column = _COUNTED.get(outcome)
         if column is None:
             return
-        self._conn.execute(
-            f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}) VALUES (?, ?, ?, 1)"
-            f" ON CONFLICT (tenant_id, endpoint_id, hour) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
-            (tenant_id, endpoint_id, hour))
+        self._conn.execute(self._COUNT_ANSWER.format(column=column), (tenant_id, endpoint_id, hour))
 
     def answers_since(self, tenant_id: str, hour: str) -> dict[str, tuple[int, int, int]]:
         """(delivered, failed, error) per endpoint over the hours from `hour` on."""

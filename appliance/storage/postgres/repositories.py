@@ -20,7 +20,7 @@ from appliance.storage import locks
 from appliance.storage.balances import Balances
 from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
-from appliance.storage.endpoints import _COUNTED, _HEALTH, Endpoints
+from appliance.storage.endpoints import _HEALTH, Endpoints
 from appliance.storage.imports import Imports
 from appliance.storage.jobs import Job, Jobs
 from appliance.storage.leads import (
@@ -408,15 +408,10 @@ class PgEndpoints(Endpoints):
         self._conn.lock(locks.delivery_state(tenant_id, campaign_id))
         return super().rotation(tenant_id, campaign_id)
 
-    def count_answer(self, tenant_id: str, endpoint_id: str, hour: str, outcome: str) -> None:
-        """Endpoints.count_answer into this connection's own row (pg03)."""
-        column = _COUNTED.get(outcome)
-        if column is None:
-            return
-        self._conn.execute(
-            f"INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}, shard) VALUES (?, ?, ?, 1, pg_backend_pid())"
-            f" ON CONFLICT (tenant_id, endpoint_id, hour, shard) DO UPDATE SET {column} = endpoint_outcomes.{column} + 1",
-            (tenant_id, endpoint_id, hour))
+    # Into this connection's own row (pg03).
+    _COUNT_ANSWER = ("INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}, shard)"
+                     " VALUES (?, ?, ?, 1, pg_backend_pid()) ON CONFLICT (tenant_id, endpoint_id, hour, shard)"
+                     " DO UPDATE SET {column} = endpoint_outcomes.{column} + 1")
 
     def save_health(self, tenant_id: str, endpoint_id: str, health) -> None:
         updates = ", ".join(f"{c.strip()} = excluded.{c.strip()}" for c in _HEALTH.split(","))
