@@ -32,7 +32,8 @@ async def flush_activity(runtime: Runtime) -> int:
     rows, runtime.activity[:] = list(runtime.activity), []
     if rows:
         try:
-            await runtime.store.write_off_loop(lambda tx: tx.activity.append(rows))
+            # New rows only, every second in every process: scoped, naming nothing (storage/locks.py).
+            await runtime.store.write_off_loop(lambda tx: tx.activity.append(rows), locks=())
         except StorageUnavailable:  # nothing was written: the rows go first in the next flush
             runtime.activity[:0] = rows
             raise

@@ -23,6 +23,7 @@ from appliance.domain.webhooks import PLUGIN_SUBSCRIBER, Webhook, event_body, re
 from appliance.runtime import Runtime
 from appliance.services.lead_events import lead_summary
 from appliance.jobs.outage import Outage
+from appliance.storage import locks
 from appliance.storage import WEBHOOKS, OutboxEvent, StorageUnavailable
 
 log = logging.getLogger("appliance.webhooks")
@@ -211,7 +212,9 @@ class WebhookSender:
                                  state=state, next_attempt_at=next_at, now=iso(now_dt))
             return True
 
-        if not await self.runtime.store.write(unit):
+        # Scoped by the event's lane: one unit an event sent must not stop every process's writes.
+        if not await self.runtime.store.write(unit, locks=[locks.webhook_lane(event.tenant_id, event.webhook_id,
+                                                                                  event.lane)]):
             return False
         if state == "failed":
             log.error("event %s (%s) to webhook %s given up after %d attempts: %s", event.event_id, event.type,

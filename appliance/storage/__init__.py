@@ -5,6 +5,7 @@ The rest of the appliance imports only what this module exports: the store and i
 
 from pathlib import Path
 
+from appliance.storage import locks
 from appliance.storage.activity import ActivityRow
 from appliance.storage.audit import AuditFilter, AuditRow
 from appliance.storage.catalog import (
@@ -72,5 +73,5 @@ __all__ = [
     "ActivityRow", "AuditFilter", "AuditRow", "UserRecord", "CampaignFilter", "ConsoleSessionRecord", "Conversation", "Job", "KeyListing", "Principal", "LeadFilter", "LedgerFilter",
     "ClaimLost", "Message", "OrphanMessage", "PingRecord", "Session", "StorageError", "StorageUnavailable", "Store", "UnstorableText", "Unit", "copy_to_postgresql", "inspect_backup", "open_postgresql", "redact_url",
     "restore_to_postgresql",
-    "restore_database", "hand_over_the_gil_quickly",
+    "restore_database", "hand_over_the_gil_quickly", "locks",
 ]

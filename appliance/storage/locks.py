@@ -46,6 +46,11 @@ def balance(tenant_id: str, client_id: str) -> str:
     return f"balance\x1f{tenant_id}\x1f{client_id}"
 
 
+def webhook_lane(tenant_id: str, webhook_id: str, lane: int | str) -> str:
+    """A subscription's lane of events: which event is next, and its attempt recorded."""
+    return f"webhook\x1f{tenant_id}\x1f{webhook_id}\x1f{lane}"
+
+
 def key_of(name: str) -> int:
     """The advisory lock key of `name`: a signed 64-bit hash, the same in every process. Two names
     that share a key only wait for each other more than they must."""

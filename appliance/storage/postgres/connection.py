@@ -114,6 +114,18 @@ class LockBusy(BaseException):
         self.key = key
 
 
+def _refused(tried: list[tuple[psycopg.Cursor, int, int]]) -> LockBusy | None:
+    """The first lock try answered "not taken" (tries the database passed over have no answer)."""
+    for cur, position, key in tried:
+        try:
+            taken = cur.fetchone()[0] if cur.pgresult is not None else True
+        except psycopg.Error:
+            continue
+        if not taken:
+            return LockBusy(position, key)
+    return None
+
+
 class Cursor:
     """What `execute` returns: rows by iteration, `fetchone` and `fetchall`. In a pipeline, a
     fetch first waits for the results of everything sent (one round trip)."""
@@ -201,11 +213,16 @@ class PgConnection:
             return
         tried, self._deferred = self._deferred, []
         answered, self._unanswered = self._unanswered, []
-        with _mapped_errors():
-            self.pipeline.sync()
-        for cur, position, key in tried:
-            if not cur.fetchone()[0]:
-                raise LockBusy(position, key)
+        try:
+            with _mapped_errors():
+                self.pipeline.sync()
+        except Exception:
+            # A lock not taken comes first: the error may have come from running without it.
+            if (busy := _refused(tried)) is not None:
+                raise busy from None
+            raise
+        if (busy := _refused(tried)) is not None:
+            raise busy
         for cur in answered:
             self._count(cur.rowcount)
 
@@ -237,7 +254,10 @@ class PgConnection:
 @contextmanager
 def _mapped_errors() -> Iterator[None]:
     """A statement's failures as the store reports them: a lost connection is an outage
-    (StorageUnavailable), a NUL character in a text value is bad input (UnstorableText)."""
+    (StorageUnavailable), a NUL character in a text value is bad input (UnstorableText). In a
+    pipeline, a batch aborted after a failed statement counts as an outage too (PipelineAborted
+    carries no SQLSTATE): it is also what a connection cut in the middle of a batch gives, and a
+    503 asks for the same submit again where a 500 would not."""
     try:
         yield
     except psycopg.OperationalError as exc:

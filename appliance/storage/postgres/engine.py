@@ -36,6 +36,7 @@ import logging
 import os
 import queue
 import random
+import secrets
 import socket
 import threading
 import time
@@ -228,7 +229,8 @@ def _take_locks(raw: psycopg.Connection, conn: PgConnection, item: _Unit, positi
     """The locks `item` names, before it runs: waited for by the group's first unit (in key
     order: two first units that wait never wait for each other), only tried by a later one
     (answered at the unit's first read, or LockBusy)."""
-    needed = sorted((item.locks | first_also if position == 0 else item.locks) - held) if item.locks else []
+    named = item.locks or frozenset()
+    needed = sorted((named | first_also if position == 0 and not exclusive else named) - held)
     if position == 0:
         raw.execute(f"SELECT pg_advisory_xact_lock{'' if exclusive else '_shared'}(%s)", (_WRITER_LOCK,))
         if needed:
@@ -263,6 +265,11 @@ class PgDatabase:
         self._outage = False  # the last group found the database unreachable (cleared by one that commits)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._accepting = threading.Lock()  # held to queue a unit; `_closed` set under it
+        self._closed = False
+        # The row this process adds to in the counters every unit adds to (pg03): its own, so
+        # processes never wait for each other's row, and one per process start, not per connection.
+        self.shard = secrets.randbelow(2**31)
 
     # ---- life cycle -------------------------------------------------------------------------
 
@@ -279,7 +286,8 @@ class PgDatabase:
                 self.migrated_on_open = apply_migrations(raw)
         except psycopg.Error as exc:
             raise open_error(self.url, exc) from None
-        self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=self._configure,
+        self._pool = ConnectionPool(self.url, min_size=1, max_size=self.pool_size, configure=functools.partial(
+                                        self._configure, shard=self.shard),
                                     kwargs={"connect_timeout": _CONNECT_TIMEOUT, "application_name": application_name(), **_KEEPALIVES},
                                     open=True, name="appliance")
         self.changes = ChangeListener(self.url)
@@ -288,14 +296,17 @@ class PgDatabase:
         return self
 
     @staticmethod
-    def _configure(raw: psycopg.Connection) -> None:
+    def _configure(raw: psycopg.Connection, *, shard: int) -> None:
         configure(raw)
         raw.isolation_level = IsolationLevel.READ_COMMITTED
+        raw.execute("SELECT set_config('appliance.shard', %s, false)", (str(shard),))
         raw.commit()  # the pool hands out idle connections
 
     def close(self) -> None:
-        if self._writer is not None:
+        with self._accepting:  # no unit queued after the stop: each is run or answered
+            self._closed = True
             self._queue.put(_STOP)
+        if self._writer is not None:
             self._writer.join(timeout=30)
             self._writer = None
         if self.changes is not None:
@@ -338,18 +349,19 @@ class PgDatabase:
         process's own leases, a NOTIFY) and `wait=False` (an exclusive unit run only if no other
         unit of any process runs now; else None) run at once on the calling thread."""
         if not writer_lock or not wait:
-            return self._run_on_caller(unit, writer_lock=writer_lock)
+            return self._run_on_caller(unit, writer_lock=writer_lock, shared=locks is not None)
         future: concurrent.futures.Future = concurrent.futures.Future()
         self._enqueue(unit, future, locks, may_refuse)
         return future.result()
 
     def _enqueue(self, unit: Callable[[PgConnection], T], future, locks: Iterable[int] | None,
                  may_refuse: bool) -> None:
-        if self._pool is None:
-            raise StorageError("the database is closed")
         # In its caller's context on the writer thread: the audit log's request id, log lines.
         run = functools.partial(contextvars.copy_context().run, unit)
-        self._queue.put(_Unit(run, future, None if locks is None else frozenset(locks), may_refuse))
+        with self._accepting:
+            if self._pool is None or self._closed:
+                raise StorageError("the database is closed")
+            self._queue.put(_Unit(run, future, None if locks is None else frozenset(locks), may_refuse))
 
     def _write_loop(self) -> None:
         busy = False
@@ -424,15 +436,21 @@ class PgDatabase:
                     outcomes = self._run_units(raw, group, exclusive=exclusive, savepoints=savepoints,
                                                first_also=first_also)
             except _RunAgain:
-                savepoints = True
-                continue
+                if not savepoints:
+                    savepoints = True
+                    continue
+                return self._one_by_one(group, exclusive=exclusive)  # an error no unit owned
             except LockBusy as busy:
                 # A unit met a lock another transaction holds: the first unit waits for it next
                 # run; a later one, and those after it, go to the next group.
                 if busy.position == 0:
                     first_also.add(busy.key)
                     continue
-                left = self._run_group(group[:busy.position], exclusive=exclusive)
+                try:
+                    left = self._run_group(group[:busy.position], exclusive=exclusive)
+                except _Outage as outage:
+                    _resolve([(item.done, None, outage.error) for item in group[busy.position:]])
+                    raise
                 return left + group[busy.position:]
             except _RETRYABLE:
                 conflicts += 1
@@ -457,14 +475,22 @@ class PgDatabase:
                 if len(group) == 1:
                     _resolve([(group[0].done, None, exc)])
                     return []
-                left = []
-                for item in group:
-                    left += self._run_group([item], exclusive=exclusive)
-                return left
+                return self._one_by_one(group, exclusive=exclusive)
             if self._outage:
                 self._end_outage(pool)
             _resolve(outcomes)
             return group[len(outcomes):]
+
+    def _one_by_one(self, group: list[_Unit], *, exclusive: bool) -> list[_Unit]:
+        """Each unit of `group` in a transaction of its own: which one a failure belongs to."""
+        left: list[_Unit] = []
+        for position, item in enumerate(group):
+            try:
+                left += self._run_group([item], exclusive=exclusive)
+            except _Outage as outage:
+                _resolve([(later.done, None, outage.error) for later in group[position + 1:]])
+                raise
+        return left
 
     @staticmethod
     def _run_units(raw: psycopg.Connection, group: list[_Unit], *, exclusive: bool, savepoints: bool,
@@ -483,6 +509,7 @@ class PgDatabase:
             conn.pipeline = pipeline
             try:
                 for position, item in enumerate(group):
+                    holding = set(held)
                     _take_locks(raw, conn, item, position, held, first_also, exclusive=exclusive)
                     # An exclusive unit runs alone: nothing else to lock out.
                     conn.lock_hook = None if exclusive else functools.partial(_try_in_unit, conn, held, position)
@@ -494,15 +521,22 @@ class PgDatabase:
                         except Exception:  # noqa: BLE001 - run again with a savepoint per unit, where it fails alone
                             raise _RunAgain from None
                         continue
-                    holding = set(held)
                     try:
                         with raw.transaction():
-                            result = item.fn(conn)
-                            conn.sync()  # its statements' errors are its own
+                            try:
+                                result = item.fn(conn)
+                                conn.sync()  # its statements' errors are its own
+                            except Exception:
+                                # The error's Sync, or the database would pass over the rollback
+                                # to the savepoint as part of the failed batch.
+                                if pipeline is not None:
+                                    with contextlib.suppress(psycopg.Error):
+                                        pipeline.sync()
+                                raise
                     except _GROUP_FAILURES:
                         raise
                     except Exception as exc:  # noqa: BLE001 - the caller's answer
-                        held.intersection_update(holding)  # its savepoint's rollback let its locks go
+                        held.intersection_update(holding)  # its locks may be unconfirmed, or let go with its savepoint
                         outcomes.append((item.done, None, exc))
                     else:
                         outcomes.append((item.done, result, None))
@@ -516,9 +550,10 @@ class PgDatabase:
                 conn.pipeline = None
         return outcomes
 
-    def _run_on_caller(self, unit: Callable[[PgConnection], T], *, writer_lock: bool) -> T | None:
+    def _run_on_caller(self, unit: Callable[[PgConnection], T], *, writer_lock: bool, shared: bool) -> T | None:
         """A unit run on the calling thread in a transaction of its own: without the writer lock
-        (`writer_lock=False`), or holding it exclusively only if it is free now (else None)."""
+        (`writer_lock=False`), or holding it (`shared`: as a scoped unit naming nothing, else
+        exclusively) only if that can be had now (else None)."""
         pool = self._pool
         if pool is None:
             raise StorageError("the database is closed")
@@ -526,8 +561,9 @@ class PgDatabase:
             try:
                 with pool.connection(_POOL_WAIT_IN_OUTAGE if self._outage else _POOL_WAIT) as raw, \
                         raw.transaction():
-                    if writer_lock and not raw.execute("SELECT pg_try_advisory_xact_lock(%s)",
-                                                       (_WRITER_LOCK,)).fetchone()[0]:
+                    if writer_lock and not raw.execute(
+                            f"SELECT pg_try_advisory_xact_lock{'_shared' if shared else ''}(%s)",
+                            (_WRITER_LOCK,)).fetchone()[0]:
                         return None
                     return unit(PgConnection(raw))
             except StorageUnavailable:

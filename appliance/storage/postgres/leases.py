@@ -56,8 +56,10 @@ class JobLeases:
                 # Without the writer lock: it touches only this process's own running jobs, and a
                 # long unit holding the lock (a large purge) must not let its leases run out.
                 self._write(lambda jobs: jobs.renew_leases(), writer_lock=False)
-                # Not waiting for the lock either: the next round tries again.
-                taken = self._write(lambda jobs: jobs.requeue_expired(), wait=False) or 0
+                # Scoped, naming nothing (the rows it takes are locked SKIP LOCKED, the slots it
+                # gives back are subtracted in place), and not waiting: only a unit holding every
+                # write out (a configuration change, a purge) makes it wait for the next round.
+                taken = self._write(lambda jobs: jobs.requeue_expired(), wait=False, locks=()) or 0
             except Exception as exc:  # noqa: BLE001 - the thread must live on: its end would let other processes take live jobs
                 if not failing:
                     said = exc if isinstance(exc, StorageError) else type(exc).__name__

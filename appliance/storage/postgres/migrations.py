@@ -296,10 +296,15 @@ CREATE INDEX ledger_entries_by_lead ON ledger_entries(tenant_id, lead_id, entry_
 """)
 
 
+# The counters' row of the process writing (pg03): the number its connections were given
+# (engine.PgDatabase.shard), 0 for any other connection.
+SHARD = "coalesce(nullif(current_setting('appliance.shard', true), '')::int, 0)"
+
+
 def _money_rollup(*, sharded: bool) -> str:
     """The trigger function adding each ledger entry to the money rollups; `sharded`: into its
-    connection's own row (pg03)."""
-    shard, key = (", pg_backend_pid()", ", shard") if sharded else ("", "")
+    process's own row (pg03)."""
+    shard, key = (f", {SHARD}", ", shard") if sharded else ("", "")
     inserts = "".join(f"""
     INSERT INTO report_money{table} VALUES (new.tenant_id, appliance_bucket(new.created_at, {seconds}),
         coalesce(new.campaign_id, ''), coalesce(new.client_id, ''), coalesce(new.source_id, ''),
@@ -318,9 +323,10 @@ END $$;"""
 
 
 def _sharded_counters() -> str:
-    """Counters every submit or delivery adds to, one row per database connection (its backend
-    pid) instead of one per key: two transactions adding to the same report bucket or endpoint
-    hour no longer wait for each other's commit. Reads sum the rows, as they summed buckets."""
+    """Counters every submit or delivery adds to, one row per process (the number its connections
+    carry in `appliance.shard`) instead of one per key: two processes adding to the same report
+    bucket or endpoint hour never wait for each other's commit. Reads sum the rows, as they
+    summed buckets."""
     keys = {"report_leads": "tenant_id, bucket, campaign_id, client_id, source_id, status",
             "report_leads_daily": "tenant_id, bucket, campaign_id, client_id, source_id, status",
             "report_money": "tenant_id, bucket, campaign_id, client_id, source_id, delivery_endpoint_id, currency",

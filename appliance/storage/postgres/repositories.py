@@ -41,6 +41,7 @@ from appliance.storage.ledger import Ledger
 from appliance.storage.postgres.connection import PgConnection
 from appliance.storage.postgres.engine import application_name
 from appliance.storage.postgres.leases import JobLeases
+from appliance.storage.postgres.migrations import SHARD
 from appliance.storage.reports import _MONEY_KEYS, Reports, _pieces
 from appliance.storage.suppression import Suppression
 
@@ -58,18 +59,18 @@ def _epoch(created_at: str) -> int:
 def count_leads(conn: PgConnection, tenant_id: str,
                 counts: Mapping[tuple[str, str | None, str | None, str | None, str], int]) -> None:
     """reports.count_leads: the bucket computed here rather than by unixepoch(), the row this
-    connection's own (pg03)."""
+    process's own (pg03)."""
     for table, seconds in _BUCKETS:
         conn.executemany(
             f"INSERT INTO report_leads{table} VALUES (?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, ?,"
-            " pg_backend_pid()) ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)"
+            f" {SHARD}) ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)"
             f" DO UPDATE SET leads = report_leads{table}.leads + excluded.leads",
             [(tenant_id, _epoch(created_at) // seconds, campaign, client, source, status, step)
              for (created_at, campaign, client, source, status), step in counts.items()])
 
 
 # A new lead in one statement (one round trip): its row, its name row, and its count in both rollups.
-_ROLLUP_ROW = ("(?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, 1, pg_backend_pid())"
+_ROLLUP_ROW = (f"(?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, 1, {SHARD})"
                " ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)")
 _NEW_LEAD = ("WITH new_lead AS (" + _INSERT_LEAD + " RETURNING seq){names},"
              " counted AS (INSERT INTO report_leads VALUES " + _ROLLUP_ROW +
@@ -408,9 +409,9 @@ class PgEndpoints(Endpoints):
         self._conn.lock(locks.delivery_state(tenant_id, campaign_id))
         return super().rotation(tenant_id, campaign_id)
 
-    # Into this connection's own row (pg03).
+    # Into this process's own row (pg03).
     _COUNT_ANSWER = ("INSERT INTO endpoint_outcomes(tenant_id, endpoint_id, hour, {column}, shard)"
-                     " VALUES (?, ?, ?, 1, pg_backend_pid()) ON CONFLICT (tenant_id, endpoint_id, hour, shard)"
+                     f" VALUES (?, ?, ?, 1, {SHARD}) ON CONFLICT (tenant_id, endpoint_id, hour, shard)"
                      " DO UPDATE SET {column} = endpoint_outcomes.{column} + 1")
 
     def save_health(self, tenant_id: str, endpoint_id: str, health) -> None:
