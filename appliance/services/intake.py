@@ -153,7 +153,8 @@ async def submit(runtime: Runtime, settings: TenantSettings, principal: Principa
     # Only a resubmission (its lead changed meanwhile) or a ping (taken meanwhile) can be refused
     # in the transaction.
     result = await runtime.store.write(plan.commit if also is None else _and_then(plan.commit, also),
-                                       may_refuse=plan.existing or ping is not None, locks=plan.locks())
+                                       may_refuse=plan.existing or ping is not None,
+                                       locks=plan.locks() if runtime.store.names_locks else ())
     if evaluation is not None and result.status == "pending_action" and evaluation.intake_action in ("engage", "workflow"):
         run_intake_action(registry, evaluation.campaign, msgspec.structs.replace(lead, status=result.status),
                           result.submission_id, evaluation.intake_action)

@@ -103,6 +103,8 @@ class Store:
     """The SQLite store: its `Database` (storage/db.py) runs the units, on one write connection
     with group commit, and the reads, on a connection per thread."""
 
+    names_locks = False  # one writer: a unit's `locks` are ignored, so callers need not build them
+
     def __init__(self, database: Database) -> None:
         self.sqlite = database  # the engine underneath: for storage's own tests and tools only
         self._writer = Session(database.write_connection)

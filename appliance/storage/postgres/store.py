@@ -89,6 +89,8 @@ class PgStore(Store):
     """The store on a PostgreSQL database (`[storage] backend = "postgresql"`): units run in
     groups on this process's writer thread, scoped by the locks they name (engine.py)."""
 
+    names_locks = True
+
     def __init__(self, database: PgDatabase, *, lease_seconds: float = LEASE_SECONDS) -> None:  # noqa: PLW0231 - no SQLite engine underneath
         self.postgres = database  # the engine underneath: for storage's own tests and tools only
         self.leases = JobLeases(
