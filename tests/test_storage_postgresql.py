@@ -654,6 +654,34 @@ def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_o
         assert slots() == 1
         assert b.reader().jobs.job_state(job.job_id) == "running"
 
+        # The worker's fence: a unit of A's for the job answers ClaimLost and keeps nothing it wrote,
+        # whether the fence's answer comes with a read in the unit, with the group's end (scoped
+        # units, pipelined), or at once (a unit run alone); the units grouped with it commit.
+        other = ("campaign:D", "2026-03-01")
+
+        def fenced(read_after: bool):
+            def unit(tx):
+                tx.jobs.fence(job)
+                tx.caps.add_to_counter(tenant_id, *slot)
+                return tx.caps.counter_value(tenant_id, *slot) if read_after else None
+            return unit
+
+        def good(tx):
+            tx.caps.add_to_counter(tenant_id, *other)
+
+        async def grouped():
+            return await asyncio.gather(
+                *(a.write(good, locks=()) for _ in range(4)), a.write(fenced(True), locks=()),
+                *(a.write(good, locks=()) for _ in range(4)), a.write(fenced(False), locks=()),
+                a.write(fenced(False)), return_exceptions=True)
+
+        outcomes = asyncio.run(grouped())
+        assert [type(o).__name__ for o in outcomes] == ["NoneType"] * 4 + ["ClaimLost"] + ["NoneType"] * 4 \
+            + ["ClaimLost"] * 2
+        assert slots() == 1
+        assert b.reader().caps.counter_value(tenant_id, *other) == 8
+        b.write_sync(lambda tx: tx.jobs.fence(again))  # B's own claim stands
+
         assert b.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is True
         assert b.reader().jobs.job_state(job.job_id) == "done"
         assert slots() == 1  # a delivery made keeps its slot

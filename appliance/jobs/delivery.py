@@ -148,8 +148,7 @@ class DeliveryWorker:
         database several processes share, one whose claim ended (cut off past its lease) must not
         write over the outcome of the process that took the job over. Raises ClaimLost."""
         def fenced(tx: Session) -> T:
-            if not tx.jobs.holds(job):
-                raise ClaimLost
+            tx.jobs.fence(job)
             return unit(tx)
         # A database that does not answer now (a full disk, an outage) is waited for, as the
         # loops do: given up, the job stayed `running` until the next start, its lead never

@@ -40,14 +40,19 @@ class Loaded(NamedTuple):
     submission_row: tuple
     submission: Submission
 
-    def lead_in(self, tx: Session, tenant_id: str) -> LeadRecord | None:
-        row = tx.leads.lead_row(tenant_id, self.lead.lead_id)
-        return self.lead if row == self.lead_row else tx.leads.lead_of(row) if row is not None else None
+    def read_again(self, tx: Session, tenant_id: str) -> Callable[[], tuple[LeadRecord | None, Submission | None]]:
+        """The lead and submission as `tx` finds them, asked now and answered when called (with
+        the unit's next wait on a store that does not wait for each statement)."""
+        rows = tx.leads.rows_later(tenant_id, self.lead.lead_id, self.submission.submission_id)
 
-    def submission_in(self, tx: Session, tenant_id: str) -> Submission | None:
-        row = tx.leads.submission_row(tenant_id, self.submission.submission_id)
-        return self.submission if row == self.submission_row else \
-            tx.leads.submission_of(row) if row is not None else None
+        def records() -> tuple[LeadRecord | None, Submission | None]:
+            lead_row, submission_row = rows()
+            lead = self.lead if lead_row == self.lead_row else \
+                tx.leads.lead_of(lead_row) if lead_row is not None else None
+            submission = self.submission if submission_row == self.submission_row else \
+                tx.leads.submission_of(submission_row) if submission_row is not None else None
+            return lead, submission
+        return records
 
 
 @dataclass(frozen=True)
@@ -76,13 +81,14 @@ def load_attempts(runtime: Runtime, settings: SettingsCache, jobs: list[Job]) ->
     tenants: dict[str, tuple[int, frozenset[str]]] = {}
     tx = runtime.store.reader()
     with tx:
-        return {job.job_id: _attempt(job, tx, tenants, settings, runtime.clock) for job in jobs}
+        rows = tx.leads.rows_of([(job.tenant_id, job.lead_id, job.submission_id) for job in jobs])
+        return {job.job_id: _attempt(job, found, tx, tenants, settings, runtime.clock)
+                for job, found in zip(jobs, rows)}
 
 
-def _attempt(job: Job, tx: Session, tenants: dict[str, tuple[int, frozenset[str]]], settings: SettingsCache,
-             clock: Clock) -> Attempt | None:
-    lead_row = tx.leads.lead_row(job.tenant_id, job.lead_id)
-    submission_row = tx.leads.submission_row(job.tenant_id, job.submission_id)
+def _attempt(job: Job, rows: tuple[tuple | None, tuple | None], tx: Session,
+             tenants: dict[str, tuple[int, frozenset[str]]], settings: SettingsCache, clock: Clock) -> Attempt | None:
+    lead_row, submission_row = rows
     if lead_row is None or submission_row is None:
         return None
     lead, submission = tx.leads.lead_of(lead_row), tx.leads.submission_of(submission_row)
@@ -102,6 +108,9 @@ def settle(tx: Session, clock: Clock, attempt: Attempt, outcome: tuple | None, s
     `endpoint_id`: the endpoint a delivery went to (its revenue is booked to it)."""
     tenant_id, now_dt = attempt.job.tenant_id, clock.now()
     now = iso(now_dt)
+    # Asked before the job is finished, so one wait answers both (nothing below writes the lead
+    # before it is used).
+    stored_now = attempt.loaded.read_again(tx, tenant_id)
     # Finished first: only a running job finishes, so the state is read only when it did not
     # (one statement less per delivery).
     finished = job_state is not None and tx.jobs.finish(attempt.job.job_id, job_state, now,
@@ -109,7 +118,8 @@ def settle(tx: Session, clock: Clock, attempt: Attempt, outcome: tuple | None, s
     if not finished and tx.jobs.job_state(attempt.job.job_id) == "cancelled":
         # An operator changed the lead while this attempt ran: keep their status, note ours.
         status, event_kind = None, f"{event_kind or 'update'}_after_cancel"
-    submission = attempt.loaded.submission_in(tx, tenant_id) or attempt.submission
+    stored, submission = stored_now()
+    submission = submission or attempt.submission
     if status in ("queued", "failed") and submission.status == "delivered":
         status = None  # another sale of a lead sold to several buyers: it stays delivered
     changes: dict[str, Any] = {"updated_at": now, "campaign": attempt.submission.campaign}
@@ -135,7 +145,6 @@ def settle(tx: Session, clock: Clock, attempt: Attempt, outcome: tuple | None, s
     earn(tx, attempt.settings, tenant_id, attempt.lead, submission.submission_id, (status,), now_dt,
          campaign=attempt.settings.campaigns.get(submission.campaign.campaign_id), price=price,
          endpoint_id=endpoint_id, sale=sale)
-    stored = attempt.loaded.lead_in(tx, tenant_id)
     if stored is None or stored.submission_count != submission.submission_number:
         return  # a newer submission owns the lead's status
     changed = stored.status != status

@@ -157,6 +157,12 @@ class Jobs:
         one process owns the database and a claim ends only with it."""
         return True
 
+    def fence(self, job: Job) -> None:
+        """The unit writing for `job` stands only while this process holds its claim: raises
+        ClaimLost (by the unit's end at the latest) when it does not."""
+        if not self.holds(job):
+            raise ClaimLost
+
     def finish(self, job_id: int, state: str, now: str, error: str | None = None) -> bool:
         self._conn.execute("UPDATE jobs SET state = ?, updated_at = ?, last_error = ?, reservations = NULL"
                            " WHERE job_id = ? AND state = 'running'", (state, now, error, job_id))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import apsw
@@ -21,6 +21,8 @@ _SUBMISSIONS = PackedDocs(Submission, ("submission_id", "lead_id", "submission_n
                                        "created_at", "updated_at"))
 _LEAD_ROW = ", ".join(f"l.{name}" for name in (*_LEADS.columns, "doc"))
 _SUBMISSION_ROW = ", ".join((*_SUBMISSIONS.columns, "doc"))
+_LEAD_BY_ID = f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?"
+_SUBMISSION_BY_ID = f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?"
 
 
 _INSERT_LEAD = ("INSERT INTO leads(lead_id, tenant_id, intake_campaign_id, campaign_id, client_id, offer_id, source_id,"
@@ -176,8 +178,7 @@ class Leads:
     def lead_row(self, tenant_id: str, lead_id: str) -> tuple | None:
         """The lead's row as stored, `lead_of` its record: two reads of an unchanged lead give
         equal rows, so a reader holding the first's record need not decode the second."""
-        return self._conn.execute(f"SELECT {_LEAD_ROW} FROM leads l WHERE lead_id = ? AND tenant_id = ?",
-                                  (lead_id, tenant_id)).fetchone()
+        return self._conn.execute(_LEAD_BY_ID, (lead_id, tenant_id)).fetchone()
 
     @staticmethod
     def lead_of(row: tuple) -> LeadRecord:
@@ -257,10 +258,18 @@ class Leads:
 
     def submission_row(self, tenant_id: str, submission_id: str) -> tuple | None:
         """The submission's row as stored, `submission_of` its record (see `lead_row`)."""
-        return self._conn.execute(
-            f"SELECT {_SUBMISSION_ROW} FROM submissions WHERE submission_id = ? AND tenant_id = ?",
-            (submission_id, tenant_id)
-        ).fetchone()
+        return self._conn.execute(_SUBMISSION_BY_ID, (submission_id, tenant_id)).fetchone()
+
+    def rows_later(self, tenant_id: str, lead_id: str, submission_id: str) -> Callable[[], tuple[tuple | None, tuple | None]]:
+        """`lead_row` and `submission_row` asked now, answered when called: a store that sends
+        statements without waiting (PostgreSQL's pipeline) answers them with the unit's next wait."""
+        rows = self.lead_row(tenant_id, lead_id), self.submission_row(tenant_id, submission_id)
+        return lambda: rows
+
+    def rows_of(self, keys: Sequence[tuple[str, str, str]]) -> list[tuple[tuple | None, tuple | None]]:
+        """`lead_row` and `submission_row` of each (tenant_id, lead_id, submission_id), in order."""
+        return [(self.lead_row(tenant_id, lead_id), self.submission_row(tenant_id, submission_id))
+                for tenant_id, lead_id, submission_id in keys]
 
     @staticmethod
     def submission_of(row: tuple) -> Submission:

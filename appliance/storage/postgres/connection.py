@@ -153,7 +153,7 @@ class PgConnection:
     psycopg's pipeline mode (`pipeline`): a statement is sent without waiting for its answer,
     so only a read waits for the database, once for everything sent before it."""
 
-    __slots__ = ("_changes", "_deferred", "_total", "_tx", "_unanswered", "lock_hook", "pipeline", "raw")
+    __slots__ = ("_changes", "_checks", "_deferred", "_total", "_tx", "_unanswered", "lock_hook", "pipeline", "raw")
 
     def __init__(self, raw: psycopg.Connection) -> None:
         self.raw = raw
@@ -165,6 +165,7 @@ class PgConnection:
         self.pipeline: psycopg.Pipeline | None = None  # set by the writer around a group's units
         self._unanswered: list[psycopg.Cursor] = []  # sent in the pipeline, not yet counted
         self._deferred: list[tuple[psycopg.Cursor, int, int]] = []  # lock tries not yet answered
+        self._checks: list[tuple[psycopg.Cursor, Callable[[], Exception]]] = []  # `expect_row`s not yet answered
 
     def lock(self, name: str) -> None:
         """Hold `name` (storage/locks.py) to the end of this write transaction, before reading
@@ -206,12 +207,29 @@ class PgConnection:
         cur.execute("SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest(%s::bigint[]) AS k", (keys,))
         self._deferred.append((cur, position, keys[0]))
 
+    def expect_row(self, sql: str, params: Sequence[Any], failure: Callable[[], Exception]) -> None:
+        """A read that must find a row for the unit to stand, checked without waiting for it: in a
+        pipeline its answer comes with the next wait (a later read, or the group's end), which
+        raises `failure()` when it found none; the unit's writes sent meanwhile are rolled back
+        with it. Outside a pipeline, checked now."""
+        text, order = translate(sql)
+        cur = self.raw.cursor()
+        with _mapped_errors():
+            cur.execute(text, _values(params, order))
+        if self.pipeline is None:
+            if cur.fetchone() is None:
+                raise failure()
+        else:
+            self._checks.append((cur, failure))
+
     def sync(self) -> None:
         """In a pipeline: wait for the answers to everything sent (raising the first error among
-        them, then LockBusy for a lock not taken), and count the rows they changed."""
-        if self.pipeline is None or not (self._unanswered or self._deferred):
+        them, then LockBusy for a lock not taken, then an `expect_row`'s failure), and count the
+        rows they changed."""
+        if self.pipeline is None or not (self._unanswered or self._deferred or self._checks):
             return
         tried, self._deferred = self._deferred, []
+        checks, self._checks = self._checks, []
         answered, self._unanswered = self._unanswered, []
         try:
             with _mapped_errors():
@@ -225,6 +243,9 @@ class PgConnection:
             raise busy
         for cur in answered:
             self._count(cur.rowcount)
+        for cur, failure in checks:
+            if cur.fetchone() is None:
+                raise failure()
 
     def _count(self, rowcount: int) -> None:
         self._changes = max(rowcount, 0)

@@ -522,6 +522,14 @@ class PgDatabase:
                             raise _RunAgain from None
                         continue
                     try:
+                        # What earlier units sent is answered before this unit's savepoint opens
+                        # (which would wait for it and take an earlier unit's error for its own).
+                        conn.sync()
+                    except _GROUP_FAILURES:
+                        raise
+                    except Exception:  # noqa: BLE001 - whose it was, a run with a savepoint per unit tells
+                        raise _RunAgain from None
+                    try:
                         with raw.transaction():
                             try:
                                 result = item.fn(conn)
@@ -546,6 +554,10 @@ class PgDatabase:
                     raise
                 except Exception:  # noqa: BLE001 - whose it was, a run with a savepoint per unit tells
                     raise _RunAgain from None
+                if raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
+                    # An error answered where no unit saw it: COMMIT would roll back without a word
+                    # and every unit be told it committed.
+                    raise _RunAgain
             finally:
                 conn.pipeline = None
         return outcomes

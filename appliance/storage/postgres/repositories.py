@@ -9,8 +9,9 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 import msgspec
 
@@ -22,12 +23,15 @@ from appliance.storage.caps import Caps
 from appliance.storage.catalog import CampaignFilter, Catalog, _like
 from appliance.storage.endpoints import _HEALTH, Endpoints
 from appliance.storage.imports import Imports
-from appliance.storage.jobs import Job, Jobs
+from appliance.storage.jobs import ClaimLost, Job, Jobs
 from appliance.storage.leads import (
     _DIGESTS,
     _INSERT_LEAD,
+    _LEAD_BY_ID,
     _LEAD_ROW,
     _LEADS,
+    _SUBMISSION_BY_ID,
+    _SUBMISSIONS,
     LeadFilter,
     Leads,
     _by_digest,
@@ -59,14 +63,24 @@ def _epoch(created_at: str) -> int:
 def count_leads(conn: PgConnection, tenant_id: str,
                 counts: Mapping[tuple[str, str | None, str | None, str | None, str], int]) -> None:
     """reports.count_leads: the bucket computed here rather than by unixepoch(), the row this
-    process's own (pg03)."""
-    for table, seconds in _BUCKETS:
-        conn.executemany(
-            f"INSERT INTO report_leads{table} VALUES (?, ?, coalesce(?, ''), coalesce(?, ''), coalesce(?, ''), ?, ?,"
-            f" {SHARD}) ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status, shard)"
-            f" DO UPDATE SET leads = report_leads{table}.leads + excluded.leads",
-            [(tenant_id, _epoch(created_at) // seconds, campaign, client, source, status, step)
-             for (created_at, campaign, client, source, status), step in counts.items()])
+    process's own (pg03); both rollups in one statement."""
+    params: list[Any] = []
+    for _, seconds in _BUCKETS:
+        # One row a key: an INSERT may not update the same row twice.
+        summed: Counter[tuple[int, str, str, str, str]] = Counter()
+        for (created_at, campaign, client, source, status), step in counts.items():
+            summed[(_epoch(created_at) // seconds, campaign or "", client or "", source or "", status)] += step
+        params += [tenant_id, *(list(column) for column in zip(*summed)), list(summed.values())]
+    if counts:
+        conn.execute(_COUNT_LEADS, params)
+
+
+_COUNT_INTO = (
+    "INSERT INTO report_leads{table} SELECT ?, *, " + SHARD + " FROM unnest(?::bigint[], ?::text[], ?::text[],"
+    " ?::text[], ?::text[], ?::bigint[]) ON CONFLICT (tenant_id, bucket, campaign_id, client_id, source_id, status,"
+    " shard) DO UPDATE SET leads = report_leads{table}.leads + excluded.leads")
+_COUNT_LEADS = ("WITH quarter_hours AS (" + _COUNT_INTO.format(table="") + ") "
+                + _COUNT_INTO.format(table="_daily"))
 
 
 # A new lead in one statement (one round trip): its row, its name row, and its count in both rollups.
@@ -116,6 +130,24 @@ class PgLeads(Leads):
             return []
         return sorted(self._conn.execute(" UNION ".join(parts), params).fetchall())
 
+    def rows_later(self, tenant_id: str, lead_id: str, submission_id: str) -> Callable[[], tuple[tuple | None, tuple | None]]:
+        lead = self._conn.execute(_LEAD_BY_ID, (lead_id, tenant_id))
+        submission = self._conn.execute(_SUBMISSION_BY_ID, (submission_id, tenant_id))
+        return lambda: (lead.fetchone(), submission.fetchone())
+
+    def rows_of(self, keys: Sequence[tuple[str, str, str]]) -> list[tuple[tuple | None, tuple | None]]:
+        # Two statements for the whole list (a claim's jobs), not two round trips a job.
+        tenants = [key[0] for key in keys]
+        leads = {(row[-1], row[0]): row[:-1] for row in self._conn.execute(
+            f"SELECT {_LEAD_ROW}, l.tenant_id FROM leads l JOIN unnest(?::text[], ?::text[]) AS k(tenant_id, lead_id)"
+            " ON l.tenant_id = k.tenant_id AND l.lead_id = k.lead_id", (tenants, [key[1] for key in keys]))}
+        submissions = {(row[-1], row[0]): row[:-1] for row in self._conn.execute(
+            f"SELECT {_SUBMISSION_COLUMNS}, s.tenant_id FROM submissions s JOIN unnest(?::text[], ?::text[])"
+            " AS k(tenant_id, submission_id) ON s.tenant_id = k.tenant_id AND s.submission_id = k.submission_id",
+            (tenants, [key[2] for key in keys]))}
+        return [(leads.get((tenant_id, lead_id)), submissions.get((tenant_id, submission_id)))
+                for tenant_id, lead_id, submission_id in keys]
+
     def insert_lead(self, tenant_id: str, lead: LeadRecord, intake_campaign_id: str) -> None:
         names = _names(lead)
         epoch = _epoch(lead.created_at)
@@ -135,17 +167,18 @@ class PgLeads(Leads):
                     was: LeadRecord | None = None) -> None:
         """`was`: the stored lead as this transaction read it (its row is then not read again)."""
         stored = _was(self._conn, tenant_id, lead.lead_id) if was is None else _was_of(was)
-        found = self._conn.execute(
+        updated = self._conn.execute(
             "UPDATE leads SET campaign_id = ?, client_id = ?, offer_id = ?, source_id = ?, status = ?, email = ?,"
             " phone_e164 = ?, email_hash64 = ?, phone_hash64 = ?, is_test = ?, updated_at = ?, doc = ?"
-            " WHERE tenant_id = ? AND lead_id = ? RETURNING seq",
+            " WHERE tenant_id = ? AND lead_id = ?" + (" RETURNING seq" if names_changed else ""),
             (lead.campaign_id, lead.client_id, lead.offer_id, lead.source_id, lead.status, lead.email,
              lead.phone_e164, hash64(lead.email), hash64(lead.phone_e164), int(lead.is_test), lead.updated_at,
              _LEADS.pack(lead), tenant_id, lead.lead_id),
-        ).fetchone()
+        )
         if (moved := _moved_counts(stored, _was_of(lead))) is not None:
             count_leads(self._conn, tenant_id, moved)
-        if names_changed and found is not None:
+        # The row's seq is waited for only when its names move with it.
+        if names_changed and (found := updated.fetchone()) is not None:
             self._conn.execute("DELETE FROM leads_names WHERE seq = ?", found)
             if names := _names(lead):
                 self._conn.execute("INSERT INTO leads_names(seq, name) VALUES (?, ?)", (found[0], _fold(names)))
@@ -181,6 +214,8 @@ class PgLeads(Leads):
         return [(row[0], _LEADS.json_of(row)) for row in rows]
 
 
+_SUBMISSION_COLUMNS = ", ".join(f"s.{name}" for name in (*_SUBMISSIONS.columns, "doc"))  # storage/leads.py's row
+_HOLDS = "SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ? AND attempts = ?"
 _EXPIRED = "state = 'running' AND (lease_until IS NULL OR lease_until < clock_timestamp())"
 _SERVER_NOW = "to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.MS\"Z\"')"
 
@@ -258,10 +293,9 @@ class PgJobs(Jobs):
         return self._conn.changes()
 
     def hold_reservations(self, job_id: int, scopes: list[tuple[str, str]]) -> None:
-        found = self._conn.execute("SELECT reservations FROM jobs WHERE job_id = ?", (job_id,)).fetchone()
-        held = msgspec.json.decode(found[0]) if found and found[0] else []
-        self._conn.execute("UPDATE jobs SET reservations = ? WHERE job_id = ?",
-                           (msgspec.json.encode([*held, *scopes]).decode(), job_id))
+        # Appended in the statement: nothing to wait for.
+        self._conn.execute("UPDATE jobs SET reservations = (coalesce(nullif(reservations, '')::jsonb, '[]'::jsonb)"
+                           " || ?::jsonb)::text WHERE job_id = ?", (msgspec.json.encode(scopes).decode(), job_id))
 
     def finish(self, job_id: int, state: str, now: str, error: str | None = None) -> bool:
         self._conn.execute("UPDATE jobs SET state = ?, updated_at = ?, last_error = ?, reservations = NULL"
@@ -290,8 +324,11 @@ class PgJobs(Jobs):
 
     def holds(self, job: Job) -> bool:
         # The attempt number tells this claim from a later one the same process took on the job.
-        return self._conn.execute("SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ? AND attempts = ?",
-                                  (job.job_id, self._leases.owner, job.attempts)).fetchone() is not None
+        return self._conn.execute(_HOLDS, (job.job_id, self._leases.owner, job.attempts)).fetchone() is not None
+
+    def fence(self, job: Job) -> None:
+        # Answered with the unit's next read or the group's end, not waited for here (a round trip).
+        self._conn.expect_row(_HOLDS, (job.job_id, self._leases.owner, job.attempts), ClaimLost)
 
     def _holds(self, job_id: int) -> bool:
         return self._conn.execute("SELECT 1 FROM jobs WHERE job_id = ? AND claimed_by = ?",
