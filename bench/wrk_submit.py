@@ -95,11 +95,27 @@ def wrk(port: int, script: Path, offset: int, duration: float, connections: int)
     return json.loads(line.removeprefix("WRK_RESULT "))
 
 
+def thread_cpu_seconds(pid: int) -> tuple[float, float]:
+    """(CPU seconds of `pid`'s main thread, the event loop's; of all its other threads)."""
+    main = others = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a thread that ended meanwhile
+        seconds = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        if task.name == str(pid):
+            main += seconds
+        else:
+            others += seconds
+    return main, others
+
+
 def measured(port: int, script: Path, offset: int, args: argparse.Namespace, pid: int) -> dict[str, Any]:
     """One timed wrk run; the CPU of `pid`'s process tree over it, per 2xx answer."""
-    tree0 = tree_cpu_seconds(pid)
+    tree0, threads0 = tree_cpu_seconds(pid), thread_cpu_seconds(pid)
     result = wrk(port, script, offset, args.duration, args.connections)
-    tree1 = tree_cpu_seconds(pid)
+    tree1, threads1 = tree_cpu_seconds(pid), thread_cpu_seconds(pid)
     ok = result["requests"] - result["non_2xx"]
     seconds = result["duration_us"] / 1e6
     by_process = {("main" if p == pid else "child"): tree1[p] - tree0.get(p, 0.0) for p in tree1}
@@ -108,13 +124,15 @@ def measured(port: int, script: Path, offset: int, args: argparse.Namespace, pid
             "p99_ms": result["p99_us"] / 1000, "max_ms": result["max_us"] / 1000,
             "main_cpu_pct": round(100 * by_process.get("main", 0.0) / seconds, 1),
             "main_cpu_us_per_request": round(1e6 * by_process.get("main", 0.0) / max(1, ok), 1),
-            "child_cpu_us_per_request": round(1e6 * by_process.get("child", 0.0) / max(1, ok), 1)}
+            "child_cpu_us_per_request": round(1e6 * by_process.get("child", 0.0) / max(1, ok), 1),
+            "loop_thread_us_per_request": round(1e6 * (threads1[0] - threads0[0]) / max(1, ok), 1),
+            "other_threads_us_per_request": round(1e6 * (threads1[1] - threads0[1]) / max(1, ok), 1)}
 
 
 # Where a sample's time goes: the leaf-most frame that matches decides (path fragment, function
 # names or None for any).
 STAGES: tuple[tuple[str, tuple[str, ...], frozenset[str] | None], ...] = (
-    ("write unit (storage, the writer thread)", ("appliance/storage/",), None),
+    ("write unit (SQL and the storage code)", ("appliance/storage/",), None),
     ("logging and metrics", ("logging/", "appliance/logs.py", "appliance/metrics.py", "prometheus_client/"), None),
     ("response encoding", ("appliance/api/io.py",), frozenset({"ok", "ok_body", "ok_raw"})),
     ("decode (JSON into the request struct)", ("appliance/api/io.py",), None),
@@ -149,18 +167,23 @@ def profiled(port: int, script: Path, offset: int, args: argparse.Namespace, pid
     _, err = spy.communicate(timeout=120)
     if not out.exists():
         return {"error": err.decode(errors="replace")[-500:]}
-    stages: dict[str, int] = {}
-    total = 0
+    # The event loop's thread apart from the others (the writer's): py-spy counts a thread waiting
+    # on the disk as busy, the CPU figures do not, so each side is scaled by its own CPU.
+    stages: dict[str, dict[str, int]] = {"loop": {}, "threads": {}}
     for line in out.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
         if stack and count.isdigit():
-            stage = stage_of(stack.split(";"))
-            stages[stage] = stages.get(stage, 0) + int(count)
-            total += int(count)
-    per_submit = run["main_cpu_us_per_request"]
-    return {"round": run, "samples": total, "stages": {
-        stage: {"pct": round(100 * n / total, 1), "us_per_submit": round(per_submit * n / total, 1)}
-        for stage, n in sorted(stages.items(), key=lambda item: -item[1])}}
+            frames = stack.split(";")
+            side = stages["threads" if any(f.startswith("_bootstrap ") or "Thread._bootstrap" in f for f in frames)
+                          else "loop"]
+            stage = stage_of(frames)
+            side[stage] = side.get(stage, 0) + int(count)
+    cpu = {"loop": run["loop_thread_us_per_request"], "threads": run["other_threads_us_per_request"]}
+    return {"round": run, "samples": {side: sum(counts.values()) for side, counts in stages.items()}, "stages": {
+        side: {stage: {"pct": round(100 * n / sum(counts.values()), 1),
+                       "us_per_submit": round(cpu[side] * n / sum(counts.values()), 1)}
+               for stage, n in sorted(counts.items(), key=lambda item: -item[1])}
+        for side, counts in stages.items() if counts}}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--profile", action="store_true", help="one more round under py-spy: the intake core by stage")
+    parser.add_argument("--stacks", type=Path, default=None, help="with --profile: keep py-spy's raw stacks here")
     parser.add_argument("--out", type=Path, default=RESULTS / "wrk_submit.json")
     args = parser.parse_args(argv)
     if shutil.which("wrk") is None or shutil.which("taskset") is None:
@@ -225,11 +249,13 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append({"round": number, "product": product, "bare": bare_run, "ratio": ratio})
             print(f"round {number}: {product['rps']:,.0f} submits/s (p50 {product['p50_ms']:.1f}, p99 "
                   f"{product['p99_ms']:.1f} ms, non-2xx {product['non_2xx']}, intake core {product['main_cpu_pct']}% "
-                  f"{product['main_cpu_us_per_request']:.0f} us/submit, delivery process "
+                  f"{product['main_cpu_us_per_request']:.0f} us/submit: loop {product['loop_thread_us_per_request']:.0f}"
+                  f" + threads {product['other_threads_us_per_request']:.0f}; delivery process "
                   f"{product['child_cpu_us_per_request']:.0f} us/submit) | bare {bare_run['rps']:,.0f}/s "
                   f"({bare_run['main_cpu_us_per_request']:.0f} us/request) | ratio {ratio:.3f}", flush=True)
         rss_median, rss_max = rss.median(), rss.stop()
-        profile = profiled(port, submit_script, next(runs) * RUN_SPAN, args, app.pid, work / "profile.txt") \
+        profile = profiled(port, submit_script, next(runs) * RUN_SPAN, args, app.pid,
+                             args.stacks or work / "profile.txt") \
             if args.profile else None
         buyer_cpu_s = cpu_seconds(buyer.pid) - buyer_cpu0
         statuses = jobs.lead_statuses()
@@ -253,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
         "p99_ms_range": [min(r["product"]["p99_ms"] for r in rounds), max(r["product"]["p99_ms"] for r in rounds)],
         "non_2xx": sum(r["product"]["non_2xx"] + r["bare"]["non_2xx"] for r in rounds),
         "intake_cpu_us_per_submit": median("product", "main_cpu_us_per_request"),
+        "intake_loop_thread_us_per_submit": median("product", "loop_thread_us_per_request"),
+        "intake_other_threads_us_per_submit": median("product", "other_threads_us_per_request"),
         "delivery_cpu_us_per_submit": median("product", "child_cpu_us_per_request"),
         "bare_cpu_us_per_request": median("bare", "main_cpu_us_per_request"),
         "rss_mb_median": round(rss_median, 1), "rss_mb_max": round(rss_max, 1),
@@ -266,15 +294,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{summary['bare_per_s']:,.0f} bare: ratio {summary['ratio']:.3f} ({summary['ratio_range'][0]:.3f}-"
           f"{summary['ratio_range'][1]:.3f}); p50 {summary['p50_ms']:.1f} ms, p99 {summary['p99_ms']:.1f} ms "
           f"({summary['p99_ms_range'][0]:.1f}-{summary['p99_ms_range'][1]:.1f}); intake core "
-          f"{summary['intake_cpu_us_per_submit']:.0f} us a submit (bare {summary['bare_cpu_us_per_request']:.0f} us "
+          f"{summary['intake_cpu_us_per_submit']:.0f} us a submit (event loop thread "
+          f"{summary['intake_loop_thread_us_per_submit']:.0f}, other threads {summary['intake_other_threads_us_per_submit']:.0f}; bare {summary['bare_cpu_us_per_request']:.0f} us "
           f"a request), delivery process {summary['delivery_cpu_us_per_submit']:.0f} us a submit; resident memory "
           f"{summary['rss_mb_median']:.0f} MB (max {summary['rss_mb_max']:.0f}); {statuses}")
     print(", ".join(f"{k}: {'met' if v else 'MISSED'}" for k, v in checks.items()))
     if profile is not None and "stages" in profile:
-        print(f"\nthe intake core by stage ({profile['samples']} samples, a round of "
-              f"{profile['round']['rps']:,.0f} submits/s at {profile['round']['main_cpu_us_per_request']:.0f} us a submit):")
-        for stage, share in profile["stages"].items():
-            print(f"  {stage:45} {share['pct']:5.1f} %  {share['us_per_submit']:6.0f} us")
+        run = profile["round"]
+        print(f"\nthe intake core by stage (a round of {run['rps']:,.0f} submits/s at "
+              f"{run['main_cpu_us_per_request']:.0f} us a submit; samples {profile['samples']}):")
+        for side, title in (("loop", f"event loop thread, {run['loop_thread_us_per_request']:.0f} us"),
+                            ("threads", f"other threads (the writer), {run['other_threads_us_per_request']:.0f} us")):
+            print(f"  {title}:")
+            for stage, share in profile["stages"].get(side, {}).items():
+                print(f"    {stage:45} {share['pct']:5.1f} %  {share['us_per_submit']:6.0f} us")
     elif profile is not None:
         print(f"profile failed: {profile['error']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
