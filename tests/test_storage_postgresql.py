@@ -682,6 +682,19 @@ def test_a_process_that_lost_its_claim_leaves_the_job_and_its_slots_to_the_new_o
         assert b.reader().caps.counter_value(tenant_id, *other) == 8
         b.write_sync(lambda tx: tx.jobs.fence(again))  # B's own claim stands
 
+        def broken(tx):  # a bug between the fence and the unit's next wait
+            tx.jobs.fence(job)
+            tx.caps.add_to_counter(tenant_id, *slot)
+            raise ValueError("a bug")
+
+        async def with_a_bug():
+            return await asyncio.gather(a.write(broken, locks=()), a.write(good, locks=()), return_exceptions=True)
+
+        # The bug is the unit's answer (its fence's check went with its savepoint), the next unit commits.
+        assert [type(o).__name__ for o in asyncio.run(with_a_bug())] == ["ValueError", "NoneType"]
+        assert slots() == 1
+        assert b.reader().caps.counter_value(tenant_id, *other) == 9
+
         assert b.write_sync(lambda tx: tx.jobs.finish(job.job_id, "done", NOW)) is True
         assert b.reader().jobs.job_state(job.job_id) == "done"
         assert slots() == 1  # a delivery made keeps its slot

@@ -247,6 +247,12 @@ class PgConnection:
             if cur.fetchone() is None:
                 raise failure()
 
+    def forget_pending(self) -> None:
+        """Drop the checks and lock tries still unanswered: the unit that sent them failed and its
+        savepoint was rolled back (sync() answered everything before it began)."""
+        self._checks.clear()
+        self._deferred.clear()
+
     def _count(self, rowcount: int) -> None:
         self._changes = max(rowcount, 0)
         self._total += self._changes

@@ -439,6 +439,9 @@ class PgDatabase:
                 if not savepoints:
                     savepoints = True
                     continue
+                if len(group) == 1:  # alone and still no unit's own: answered, not run again forever
+                    _resolve([(group[0].done, None, StorageError("write failed: the transaction failed"))])
+                    return []
                 return self._one_by_one(group, exclusive=exclusive)  # an error no unit owned
             except LockBusy as busy:
                 # A unit met a lock another transaction holds: the first unit waits for it next
@@ -540,6 +543,7 @@ class PgDatabase:
                                 if pipeline is not None:
                                     with contextlib.suppress(psycopg.Error):
                                         pipeline.sync()
+                                    conn.forget_pending()  # its checks and lock tries went with its savepoint
                                 raise
                     except _GROUP_FAILURES:
                         raise
