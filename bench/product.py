@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from bench import submit as submit_bench
 from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, machine_cpu_seconds, stop_all, \
@@ -106,6 +106,47 @@ class RssSampler:
         return ordered[len(ordered) // 2]
 
 
+class Product(NamedTuple):
+    """What `start_product` started: the appliance, the bare endpoint and the buyer, their ports, and
+    the tenant's API key."""
+    key: str
+    port: int
+    bare_port: int
+    buyer_port: int
+    app: subprocess.Popen
+    bare: subprocess.Popen
+    buyer: subprocess.Popen
+
+
+def start_product(work: Path, procs: list[subprocess.Popen], delivery_process: str) -> Product:
+    """One `appliance serve` as shipped (but for what a benchmark must change: no rate limit, quiet
+    logs, no plugins) with `bundle`'s tenant, its buyer, and the bare decode endpoint beside it; each
+    process appended to `procs` as it starts, its log in `work`."""
+    port, bare_port, buyer_port = free_port(), free_port(), free_port()
+    config = work / "appliance.toml"
+    config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\n'
+                      f'[security]\nrate_limit_per_minute = 0\n[delivery]\nallow_private_addresses = true\n'
+                      f'process = "{delivery_process}"\n[plugins]\ndirs = []\n')
+    appliance_cli(config, "init")
+    tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
+    key = json.loads(appliance_cli(config, "key", "create", "--tenant", tenant, "--json"))["key"]
+    (work / "bundle.json").write_text(json.dumps(bundle(buyer_port)))
+    appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
+
+    def start(name: str, cmd: list[str], listen: int) -> subprocess.Popen:
+        log = open(work / f"{name}.log", "wb")
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        procs.append(proc)
+        wait_for_port(listen, proc=proc)
+        return proc
+
+    buyer = start("buyer", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port)
+    app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
+                              str(port)], port)
+    bare = start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(bare_port)], bare_port)
+    return Product(key, port, bare_port, buyer_port, app, bare, buyer)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.product", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10.0)
@@ -123,31 +164,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-product-"))
     procs: list[subprocess.Popen] = []
     try:
-        port, bare_port, buyer_port = free_port(), free_port(), free_port()
-        config = work / "appliance.toml"
-        # As shipped, but for what a benchmark must change: no rate limit, quiet logs, no plugins.
-        config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\n'
-                          f'[security]\nrate_limit_per_minute = 0\n[delivery]\nallow_private_addresses = true\n'
-                          f'process = "{args.delivery_process}"\n'
-                          f'[plugins]\ndirs = []\n')
-        appliance_cli(config, "init")
-        tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
-        key = json.loads(appliance_cli(config, "key", "create", "--tenant", tenant, "--json"))["key"]
+        started = start_product(work, procs, args.delivery_process)
+        port, bare_port, buyer_port, key = started.port, started.bare_port, started.buyer_port, started.key
+        app, bare, buyer = started.app, started.bare, started.buyer
         submit_bench._KEY = os.environ["BENCH_SUBMIT_KEY"] = key
-        (work / "bundle.json").write_text(json.dumps(bundle(buyer_port)))
-        appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
-
-        def start(name: str, cmd: list[str], listen: int) -> subprocess.Popen:
-            log = open(work / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            procs.append(proc)
-            wait_for_port(listen, proc=proc)
-            return proc
-
-        buyer = start("buyer", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port)
-        app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
-                                  str(port)], port)
-        bare = start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(bare_port)], bare_port)
         jobs = JobCounter(work / "data" / "appliance.db")
 
         # (1) closed loop, delivery running beside the submits.

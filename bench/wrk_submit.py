@@ -39,10 +39,9 @@ from typing import Any
 import msgspec
 
 from bench.bare_app import sample_lead
-from bench.campaigns_list import ROOT, _version, appliance_cli, cpu_seconds, stop_all, tree_cpu_seconds
+from bench.campaigns_list import _version, cpu_seconds, stop_all, tree_cpu_seconds
 from bench.delivery import JobCounter, wait_drained
-from bench.loadgen import free_port, wait_for_port
-from bench.product import RssSampler, bundle
+from bench.product import RssSampler, start_product
 
 RESULTS = Path(__file__).resolve().parent / "results"
 TARGET_RATIO, TARGET_P99_MS = 0.50, 20.0
@@ -205,32 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-wrk-"))
     procs: list[subprocess.Popen] = []
     try:
-        port, bare_port, buyer_port = free_port(), free_port(), free_port()
-        config = work / "appliance.toml"
-        # As shipped, but for what a benchmark must change: no rate limit, quiet logs, no plugins.
-        config.write_text(f'[server]\nlog_level = "warning"\n[storage]\npath = "{work / "data"}"\n'
-                          '[security]\nrate_limit_per_minute = 0\n[delivery]\nallow_private_addresses = true\n'
-                          'process = "own"\n[plugins]\ndirs = []\n')
-        appliance_cli(config, "init")
-        tenant = json.loads(appliance_cli(config, "tenant", "create", "Bench", "--json"))["tenantId"]
-        key = json.loads(appliance_cli(config, "key", "create", "--tenant", tenant, "--json"))["key"]
-        (work / "bundle.json").write_text(json.dumps(bundle(buyer_port)))
-        appliance_cli(config, "import", "--tenant", tenant, str(work / "bundle.json"))
+        started = start_product(work, procs, "own")
+        port, bare_port, buyer_port, app, bare, buyer = (
+            started.port, started.bare_port, started.buyer_port, started.app, started.bare, started.buyer)
         submit_script, bare_script = work / "submit.lua", work / "bare.lua"
-        submit_script.write_text(lua_script("/api/v1/leads/submit", key, "BEN1"))
+        submit_script.write_text(lua_script("/api/v1/leads/submit", started.key, "BEN1"))
         bare_script.write_text(lua_script("/decode", None, None))
-
-        def start(name: str, cmd: list[str], listen: int) -> subprocess.Popen:
-            log = open(work / f"{name}.log", "wb")
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-            procs.append(proc)
-            wait_for_port(listen, proc=proc)
-            return proc
-
-        buyer = start("buyer", [sys.executable, "-m", "bench.buyer", "--port", str(buyer_port)], buyer_port)
-        app = start("appliance", [sys.executable, "-m", "appliance", "--config", str(config), "serve", "--port",
-                                  str(port)], port)
-        bare = start("bare", [sys.executable, "-m", "bench.bare_app", "--port", str(bare_port)], bare_port)
         time.sleep(1.0)  # the delivery process is up (started by the server) before the server is pinned
         pin(app.pid, SERVER_CPU)
         pin(bare.pid, SERVER_CPU)
