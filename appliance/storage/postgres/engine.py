@@ -251,6 +251,17 @@ _GROUP_FAILURES = (*_RETRYABLE, StorageUnavailable, LockBusy)  # what ends a who
 _STOP = object()
 
 
+def _answer_sent(conn: PgConnection) -> None:
+    """Wait for the answers to what the group's units sent; an error among them that is no unit's
+    own yet runs the group again with a savepoint per unit, which tells whose it was."""
+    try:
+        conn.sync()
+    except _GROUP_FAILURES:
+        raise
+    except Exception:  # noqa: BLE001 - see above
+        raise _RunAgain from None
+
+
 class PgDatabase:
     def __init__(self, url: str, *, pool_size: int = 8) -> None:
         self.url = url
@@ -524,14 +535,9 @@ class PgDatabase:
                         except Exception:  # noqa: BLE001 - run again with a savepoint per unit, where it fails alone
                             raise _RunAgain from None
                         continue
-                    try:
-                        # What earlier units sent is answered before this unit's savepoint opens
-                        # (which would wait for it and take an earlier unit's error for its own).
-                        conn.sync()
-                    except _GROUP_FAILURES:
-                        raise
-                    except Exception:  # noqa: BLE001 - whose it was, a run with a savepoint per unit tells
-                        raise _RunAgain from None
+                    # What earlier units sent is answered before this unit's savepoint opens
+                    # (which would wait for it and take an earlier unit's error for its own).
+                    _answer_sent(conn)
                     try:
                         with raw.transaction():
                             try:
@@ -552,12 +558,7 @@ class PgDatabase:
                         outcomes.append((item.done, None, exc))
                     else:
                         outcomes.append((item.done, result, None))
-                try:
-                    conn.sync()  # the answers to the last units' statements
-                except _GROUP_FAILURES:
-                    raise
-                except Exception:  # noqa: BLE001 - whose it was, a run with a savepoint per unit tells
-                    raise _RunAgain from None
+                _answer_sent(conn)  # the answers to the last units' statements
                 if raw.info.transaction_status == psycopg.pq.TransactionStatus.INERROR:
                     # An error answered where no unit saw it: COMMIT would roll back without a word
                     # and every unit be told it committed.
